@@ -1,0 +1,117 @@
+"""Engine configuration: one dataclass, overridable by ``CCE_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from cce_duck.errors import ValidationError
+
+__all__ = ["Config"]
+
+_ENV: dict[str, str] = {
+    "data_dir": "CCE_DATA_DIR",
+    "embedder": "CCE_EMBEDDER",
+    "hot_tier_max_turns": "CCE_HOT_TURNS",
+    "live_batch_turns": "CCE_LIVE_BATCH_TURNS",
+    "context_max_tokens": "CCE_MAX_TOKENS",
+    "top_k": "CCE_TOP_K",
+    "topic_threshold": "CCE_TOPIC_THRESHOLD",
+    "min_topic_turns": "CCE_MIN_TOPIC_TURNS",
+    "max_topic_turns": "CCE_MAX_TOPIC_TURNS",
+    "topic_gap_minutes": "CCE_TOPIC_GAP_MINUTES",
+    "keep_raw_turns": "CCE_KEEP_RAW_TURNS",
+    "recency_weight": "CCE_RECENCY_WEIGHT",
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of an :class:`~cce_duck.Engine`.
+
+    Attributes:
+        data_dir: Folder holding ``memory.duckdb``; ``None`` keeps everything in memory.
+        embedder: ``auto``, ``onnx``, ``neural``, ``hash`` or any registered name.
+        hot_tier_max_turns: Most recent turns kept verbatim in every context.
+        live_batch_turns: Turns that leave the hot window are compressed this many at a time.
+        context_max_tokens: Default hard cap of a built context.
+        top_k: Topic notes retrieved per question.
+        topic_threshold: Similarity under which a new topic starts (``None``: embedder default).
+        min_topic_turns: A topic is never cut before it has this many turns.
+        max_topic_turns: A topic is always cut when it reaches this many turns.
+        topic_gap_minutes: A silence this long always starts a new topic.
+        keep_raw_turns: Keep the verbatim text of compressed turns (needed for quotes).
+        recency_weight: Weight of the recency boost added to the dense score.
+        sentence_min_tokens: Messages at least this long also get one vector per sentence.
+        rrf_k: Constant of reciprocal-rank fusion.
+    """
+
+    data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
+    embedder: str = "auto"
+    hot_tier_max_turns: int = 6
+    live_batch_turns: int = 8
+    context_max_tokens: int = 1000
+    top_k: int = 8
+    topic_threshold: float | None = None
+    min_topic_turns: int = 2
+    max_topic_turns: int = 12
+    topic_gap_minutes: float = 240.0
+    keep_raw_turns: bool = True
+    recency_weight: float = 0.05
+    sentence_min_tokens: int = 24
+    rrf_k: int = 60
+
+    def __post_init__(self) -> None:
+        """Reject settings that cannot work."""
+        positive = ("hot_tier_max_turns", "live_batch_turns", "context_max_tokens", "top_k",
+                    "min_topic_turns", "max_topic_turns", "sentence_min_tokens", "rrf_k")
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValidationError(f"config {name} must be a positive integer, got {value!r}")
+        if self.min_topic_turns > self.max_topic_turns:
+            raise ValidationError("config min_topic_turns must not exceed max_topic_turns")
+        if self.topic_threshold is not None and not -1.0 <= self.topic_threshold <= 1.0:
+            raise ValidationError("config topic_threshold must be within [-1, 1]")
+        if self.topic_gap_minutes <= 0:
+            raise ValidationError("config topic_gap_minutes must be > 0")
+        if self.data_dir is not None and not isinstance(self.data_dir, Path):
+            object.__setattr__(self, "data_dir", Path(self.data_dir))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Config:
+        """Build a config from defaults, then ``CCE_*`` variables, then ``overrides``."""
+        values: dict[str, Any] = {}
+        types = {f.name: f.type for f in fields(cls)}
+        for name, var in _ENV.items():
+            raw = os.environ.get(var)
+            if raw is None or raw == "":
+                continue
+            values[name] = _parse(name, str(types[name]), raw, var)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> Config:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+def _parse(name: str, type_name: str, raw: str, var: str) -> Any:
+    try:
+        if "Path" in type_name:
+            return Path(raw)
+        if "bool" in type_name:
+            if raw.lower() in {"1", "true", "yes", "on"}:
+                return True
+            if raw.lower() in {"0", "false", "no", "off"}:
+                return False
+            raise ValueError(raw)
+        if "float" in type_name:
+            return float(raw)
+        if "int" in type_name:
+            return int(raw)
+    except ValueError:
+        raise ValidationError(f"environment variable {var}={raw!r} is not a valid {name}") from None
+    return raw

@@ -1,0 +1,258 @@
+"""``Engine``: the one entry point of the library (sessions, ingestion, context, inspection)."""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from cce_duck.config import Config
+from cce_duck.context import ContextRequest, build_context
+from cce_duck.errors import NotFoundError, ValidationError
+from cce_duck.messages import parse_messages, parse_time, validate_session_id
+from cce_duck.payload import ContextPayload
+from cce_duck.store import Store
+from cce_duck.text import estimate_tokens
+from cce_duck.topics import macro_summary
+from cce_duck.writer import Writer, content_hash
+
+__all__ = ["Engine", "Session"]
+
+
+def _now() -> datetime:
+    from datetime import UTC
+
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Engine:
+    """An open memory store.
+
+    >>> eng = Engine(data_dir=None, embedder="hash")      # in memory
+    >>> eng.add_message("demo", "user", "We picked DuckDB for storage.")
+    0
+    >>> eng.close()
+    """
+
+    def __init__(self, config: Config | None = None, *, read_only: bool = False,
+                 **overrides: Any) -> None:
+        if config is None:
+            config = Config.from_env(**{k: v for k, v in overrides.items() if k != "data_dir"})
+            if "data_dir" in overrides:
+                dd = overrides["data_dir"]
+                config = config.with_(data_dir=None if dd is None else Path(dd))
+        elif overrides:
+            config = config.with_(**overrides)
+        self.config = config
+        self.store = Store(config.data_dir, config.embedder, read_only=read_only)
+        self.writer = Writer(self.store, config)
+        self._closed = False
+        atexit.register(self.close)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Store what is journaled, checkpoint and close the file."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        try:
+            if not self.store.read_only:
+                self.writer.flush()
+        finally:
+            self.store.close()
+
+    def flush(self) -> None:
+        """Move journaled messages into the tables now (reads do this by themselves)."""
+        self.writer.flush()
+
+    @property
+    def embedder_name(self) -> str:
+        """Name of the embedder this folder is pinned to."""
+        return self.store.embedder.name
+
+    # -- writing ------------------------------------------------------------
+
+    def session(self, session_id: str) -> Session:
+        """A handle bound to one session."""
+        return Session(self, validate_session_id(session_id))
+
+    def add_message(self, session_id: str, role: str, content: str,
+                    timestamp: datetime | str | None = None, name: str | None = None) -> int:
+        """Append one message; returns its turn number."""
+        msg: dict[str, Any] = {"role": role, "content": content}
+        if timestamp is not None:
+            msg["timestamp"] = timestamp
+        if name is not None:
+            msg["name"] = name
+        return self.add_messages(session_id, [msg])[0]
+
+    def add_messages(self, session_id: str, messages: Iterable[Any]) -> list[int]:
+        """Append messages (all validated first: a bad one stores none)."""
+        sid = validate_session_id(session_id)
+        parsed = parse_messages(messages)
+        if not parsed:
+            return []
+        return self.writer.add(sid, parsed)
+
+    def ingest(self, session_id: str, messages: Iterable[Any], *, compress: bool = True
+               ) -> list[int]:
+        """Store a whole history at once; idempotent.
+
+        Messages that repeat the session's stored turns from its first turn on are skipped, so
+        ingesting the same history twice stores it once. Everything older than the hot window is
+        compressed into notes (``compress=False`` leaves it pending).
+        """
+        sid = validate_session_id(session_id)
+        parsed = parse_messages(messages)
+        self.writer.flush()
+        stored = self.store.q("turn_hashes", {"sid": sid}).fetchall()
+        skip = 0
+        for (_, role, h), m in zip(stored, parsed, strict=False):
+            if role != m.role or int(h) != content_hash(m.role, m.content):
+                break
+            skip += 1
+        new = parsed[skip:]
+        out: list[int] = []
+        batch = max(self.config.live_batch_turns, 256)
+        for i in range(0, len(new), batch):
+            out.extend(self.writer.add(sid, new[i : i + batch]))
+        self.writer.flush(finish={sid} if compress and new else None)
+        return out
+
+    def close_session(self, session_id: str) -> str:
+        """Compress what is pending, write the cold-tier summary, mark the session closed."""
+        sid = self._existing(session_id)
+        self.writer.flush(finish={sid}, hot_too=True)
+        notes = self.store.q("note_labels", {"sid": sid}).fetchall()
+        summary = macro_summary([n[0] for n in notes], [n[1] for n in notes])
+        with self.store.transaction():
+            self.store.q("upsert_summary", {"sid": sid, "summary": summary,
+                                            "tokens": estimate_tokens(summary), "now": _now()})
+            self.store.q("close_session", {"sid": sid, "now": _now()})
+        self.writer.reopen(sid)
+        return summary
+
+    # -- reading ------------------------------------------------------------
+
+    def _existing(self, session_id: str) -> str:
+        sid = validate_session_id(session_id)
+        if not self.store.read_only:
+            self.writer.flush()
+        if self.store.q("session_row", {"sid": sid}).fetchone() is None:
+            raise NotFoundError(f"unknown session {sid!r}")
+        return sid
+
+    def context(self, session_id: str, query: str, *, max_tokens: int | None = None,
+                top_k: int | None = None, since: datetime | str | None = None,
+                until: datetime | str | None = None, last_turns: int | None = None,
+                explain: bool = False) -> ContextPayload:
+        """The token-capped context a model should receive before answering ``query``."""
+        sid = self._existing(session_id)
+        req = ContextRequest(
+            session_id=sid, query=query,
+            max_tokens=self.config.context_max_tokens if max_tokens is None else max_tokens,
+            top_k=self.config.top_k if top_k is None else top_k,
+            since=None if since is None else parse_time(since, "since"),
+            until=None if until is None else parse_time(until, "until"),
+            last_turns=last_turns,
+        )
+        return build_context(self.store, self.config, req, explain=explain)
+
+    def search(self, session_id: str, query: str, k: int = 10) -> pl.DataFrame:
+        """Ranked turns for ``query`` with their scores (the ``cce_retrieve`` macro)."""
+        sid = self._existing(session_id)
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("query must be a non-empty string")
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+            raise ValidationError("k must be a positive integer")
+        return self.store.con.execute(
+            "SELECT r.*, t.content FROM cce_retrieve(?, ?, k := ?) AS r "
+            "JOIN main.turns AS t ON t.session_id = ? AND t.turn_no = r.turn_no ORDER BY r.rank",
+            [sid, query, k, sid]).pl()
+
+    def sessions(self) -> pl.DataFrame:
+        """Every session with its turn and note counts."""
+        self.writer.flush() if not self.store.read_only else None
+        return self.store.frame("sessions")
+
+    def notes(self, session_id: str) -> pl.DataFrame:
+        """A session's notes (warm tier), in conversation order, without vectors."""
+        return self.store.frame("notes", {"sid": self._existing(session_id)})
+
+    def turns(self, session_id: str) -> pl.DataFrame:
+        """A session's turns with their tier (hot / pending / compressed)."""
+        sid = self._existing(session_id)
+        return self.store.con.execute("SELECT * FROM cce_turns(?, hot := ?)",
+                                      [sid, self.config.hot_tier_max_turns]).pl()
+
+    def overview(self, session_id: str) -> pl.DataFrame:
+        """Topics in conversation order (the ``cce_overview`` macro)."""
+        return self.store.con.execute("SELECT * FROM cce_overview(?)",
+                                      [self._existing(session_id)]).pl()
+
+    def stats(self, session_id: str | None = None) -> pl.DataFrame:
+        """Sizes and tier occupancy per session (the ``cce_stats`` macro)."""
+        if not self.store.read_only:
+            self.writer.flush()
+        df = self.store.con.execute("SELECT * FROM cce_stats(hot := ?)",
+                                    [self.config.hot_tier_max_turns]).pl()
+        if session_id is not None:
+            sid = self._existing(session_id)
+            df = df.filter(pl.col("session_id") == sid)
+        return df
+
+    def summary(self, session_id: str) -> str | None:
+        """The cold-tier summary of a closed session (``None`` while it is open)."""
+        row = self.store.q("summary", {"sid": self._existing(session_id)}).fetchone()
+        return None if row is None else str(row[0])
+
+    def sql(self, query: str, params: list[Any] | None = None) -> pl.DataFrame:
+        """Run any SQL on the store (UDFs and macros available) and return a frame."""
+        if not self.store.read_only:
+            self.writer.flush()
+        return self.store.con.execute(query, params).pl()
+
+
+class Session:
+    """Methods of :class:`Engine` bound to one session id."""
+
+    def __init__(self, engine: Engine, session_id: str) -> None:
+        self.engine = engine
+        self.id = session_id
+
+    def add(self, role: str, content: str, timestamp: datetime | str | None = None,
+            name: str | None = None) -> int:
+        """Append one message."""
+        return self.engine.add_message(self.id, role, content, timestamp, name)
+
+    def add_messages(self, messages: Iterable[Any]) -> list[int]:
+        """Append messages."""
+        return self.engine.add_messages(self.id, messages)
+
+    def context(self, query: str, **kw: Any) -> ContextPayload:
+        """See :meth:`Engine.context`."""
+        return self.engine.context(self.id, query, **kw)
+
+    def stats(self) -> pl.DataFrame:
+        """See :meth:`Engine.stats`."""
+        return self.engine.stats(self.id)
+
+    def notes(self) -> pl.DataFrame:
+        """See :meth:`Engine.notes`."""
+        return self.engine.notes(self.id)
+
+    def close(self) -> str:
+        """See :meth:`Engine.close_session`."""
+        return self.engine.close_session(self.id)

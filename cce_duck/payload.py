@@ -1,0 +1,99 @@
+"""What a model receives: the built context, in message, string and dict forms."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cce_duck.text import estimate_tokens
+
+__all__ = ["MESSAGE_OVERHEAD", "ContextPayload", "VerbatimTurn", "messages_tokens"]
+
+#: Tokens a chat API spends around each message (role, separators).
+MESSAGE_OVERHEAD = 4
+
+
+def messages_tokens(messages: list[dict[str, Any]]) -> int:
+    """Token estimate of a message list, counted the way the context cap is enforced."""
+    return sum(estimate_tokens(str(m.get("content") or "")) + MESSAGE_OVERHEAD for m in messages)
+
+
+@dataclass
+class VerbatimTurn:
+    """A recent or pending turn sent as it was written."""
+
+    turn_no: int
+    role: str
+    speaker: str | None
+    content: str
+    ts: datetime
+    state: str
+
+    def line(self) -> str:
+        """``who: text`` for the string form."""
+        return f"{self.speaker or self.role}: {self.content}"
+
+
+@dataclass
+class ContextPayload:
+    """A token-capped context: a memory block (pins, notes, quotes) then verbatim turns."""
+
+    session_id: str
+    query: str
+    max_tokens: int
+    memory: str
+    turns: list[VerbatimTurn]
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    pins: list[str] = field(default_factory=list)
+    full_tokens: int = 0
+    explain: dict[str, Any] | None = None
+
+    def to_messages(self) -> list[dict[str, Any]]:
+        """OpenAI-style messages: one system message with the memory, then the turns."""
+        out: list[dict[str, Any]] = []
+        if self.memory:
+            out.append({"role": "system", "content": self.memory})
+        for t in self.turns:
+            msg: dict[str, Any] = {"role": t.role, "content": t.content}
+            if t.speaker:
+                msg["name"] = t.speaker
+            out.append(msg)
+        return out
+
+    def to_string(self) -> str:
+        """The whole context as one text (memory block, then the turns with who said them)."""
+        parts = [self.memory] if self.memory else []
+        if self.turns:
+            day = self.turns[0].ts.strftime("%Y-%m-%d")
+            parts.append(f"Recent conversation ({day}):\n" + "\n".join(t.line() for t in self.turns))
+        return "\n".join(parts)
+
+    @property
+    def tokens(self) -> int:
+        """Size of the context: the larger of its message form and its string form."""
+        return max(messages_tokens(self.to_messages()), estimate_tokens(self.to_string()))
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens of the full history minus tokens sent (never negative)."""
+        return max(0, self.full_tokens - self.tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (times as ISO strings)."""
+        d = asdict(self)
+        d["turns"] = [{**asdict(t), "ts": t.ts.isoformat()} for t in self.turns]
+        d["messages"] = self.to_messages()
+        d["tokens"] = self.tokens
+        d["tokens_saved"] = self.tokens_saved
+        return _jsonable(d)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value

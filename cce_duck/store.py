@@ -1,0 +1,200 @@
+"""The DuckDB store: one file per data folder, UDFs and macros on every connection."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from cce_duck import migrations
+from cce_duck.embedders import CachedEmbedder, get_embedder
+from cce_duck.errors import (
+    CCEError,
+    EmbedderMismatchError,
+    FolderInUseError,
+    SchemaError,
+)
+from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro, macro_files, query
+
+__all__ = ["DB_FILE", "Store"]
+
+DB_FILE = "memory.duckdb"
+_LOCK = re.compile(r"Could not set lock on file", re.I)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Store:
+    """An open data folder (or an in-memory store when ``data_dir`` is ``None``)."""
+
+    def __init__(
+        self,
+        data_dir: Path | None,
+        embedder: str = "auto",
+        *,
+        read_only: bool = False,
+    ) -> None:
+        self.data_dir = data_dir
+        self.read_only = read_only
+        self.path = ":memory:" if data_dir is None else str(data_dir / DB_FILE)
+        self.con = self._connect()
+        try:
+            self.embedder = self._prepare(embedder)
+            self.dim = self.embedder.dim
+            self.install(self.con)
+        except BaseException:
+            self.con.close()
+            raise
+
+    # -- opening ------------------------------------------------------------
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        if self.data_dir is not None:
+            if self.read_only and not Path(self.path).exists():
+                raise CCEError(f"no cce_duck store in {self.data_dir} (nothing to open read-only)")
+            if not self.read_only:
+                self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return duckdb.connect(self.path, read_only=self.read_only)
+        except duckdb.IOException as exc:
+            if _LOCK.search(str(exc)):
+                raise FolderInUseError(
+                    f"the data folder {self.data_dir} is in use by another process "
+                    f"({_pid(str(exc))}); talk to that process (for example the REST server "
+                    "with 'cce sql --server URL'), stop it, or open the folder read-only once "
+                    "it is free"
+                ) from None
+            raise SchemaError(f"cannot open {self.path}: {exc}") from None
+        except duckdb.Error as exc:
+            raise SchemaError(f"{self.path} is not a readable DuckDB file: {exc}") from None
+
+    def _prepare(self, requested: str) -> CachedEmbedder:
+        meta = self._meta()
+        if not meta:
+            if self.read_only:
+                raise SchemaError(f"{self.path} is not a cce_duck store (no cce_meta table)")
+            if self._has_user_tables():
+                raise SchemaError(f"{self.path} holds other tables and is not a cce_duck store")
+            emb = get_embedder(requested)
+            migrations.create_from_schema(self.con, emb.dim)
+            from cce_duck import __version__
+
+            rows = {
+                "schema_version": str(migrations.SCHEMA_VERSION),
+                "embedder": emb.name,
+                "dim": str(emb.dim),
+                "created_at": _now().isoformat(),
+                "created_by": f"cce_duck {__version__}",
+                "encrypted": "false",
+            }
+            self.con.executemany("INSERT INTO main.cce_meta VALUES (?, ?)", list(rows.items()))
+            return emb
+        version = int(meta.get("schema_version", "0"))
+        if version > migrations.SCHEMA_VERSION:
+            raise SchemaError(
+                f"{self.path} has schema version {version}, newer than this cce_duck "
+                f"({migrations.SCHEMA_VERSION}); upgrade cce_duck to open it"
+            )
+        name, dim = meta.get("embedder", ""), int(meta.get("dim", "0"))
+        if requested not in ("auto", name):
+            raise EmbedderMismatchError(
+                f"the data folder {self.data_dir} was built with embedder {name!r} "
+                f"({dim} dimensions), not {requested!r}; use embedder='{name}' or another folder"
+            )
+        emb = get_embedder(name)
+        if emb.dim != dim:
+            raise EmbedderMismatchError(
+                f"embedder {name!r} now gives {emb.dim} dimensions but the folder holds {dim}"
+            )
+        if version < migrations.SCHEMA_VERSION and not self.read_only:
+            migrations.apply(self.con, dim)
+            self.con.execute(
+                "UPDATE main.cce_meta SET value = ? WHERE key = 'schema_version'",
+                [str(migrations.SCHEMA_VERSION)],
+            )
+        return emb
+
+    def _meta(self) -> dict[str, str]:
+        try:
+            has = self.con.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'cce_meta' "
+                "AND database_name = current_database()"
+            ).fetchone()
+            if not has or not has[0]:
+                return {}
+            return dict(self.con.execute("SELECT key, value FROM main.cce_meta").fetchall())
+        except duckdb.Error as exc:
+            raise SchemaError(f"{self.path} is corrupt or unreadable: {exc}") from None
+
+    def _has_user_tables(self) -> bool:
+        row = self.con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()"
+        ).fetchone()
+        return bool(row and row[0])
+
+    def install(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Register the UDFs, then every macro version and the unversioned aliases, on ``con``."""
+        from cce_duck import udfs
+
+        udfs.register(con, self.embedder)
+        for name in macro_files():
+            con.execute(macro(name).sql.replace("@DIM@", str(self.dim)))
+        for alias, target in CURRENT_MACROS.items():
+            con.execute(alias_sql(alias, target))
+
+    # -- use ----------------------------------------------------------------
+
+    def meta(self) -> dict[str, str]:
+        """The folder's ``cce_meta`` rows."""
+        return self._meta()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection for another thread, with the UDFs and macros installed."""
+        cur = self.con.cursor()
+        self.install(cur)
+        return cur
+
+    def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
+        """Run the named query ``name`` from ``sql/queries.sql``."""
+        return self.con.execute(query(name), params)
+
+    def frame(self, sql_or_name: str, params: Sequence[Any] | dict[str, Any] | None = None
+              ) -> pl.DataFrame:
+        """A Polars frame from a named query or a SQL string."""
+        sql = sql_or_name if " " in sql_or_name else query(sql_or_name)
+        return self.con.execute(sql, params).pl()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any error."""
+        if self.read_only:
+            raise CCEError("this store is open read-only")
+        self.con.execute("BEGIN")
+        try:
+            yield self.con
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    def close(self) -> None:
+        """Checkpoint (when writable) and close."""
+        try:
+            if not self.read_only and self.data_dir is not None:
+                self.con.execute("CHECKPOINT")
+        finally:
+            self.con.close()
+
+
+def _pid(message: str) -> str:
+    m = re.search(r"PID (\d+)", message)
+    return f"PID {m.group(1)}" if m else "another process"
+

@@ -1,0 +1,132 @@
+-- Named queries used by the library. Each block: "-- name: <name>", a description, the SQL.
+
+-- name: session_row
+-- One session's bookkeeping row.
+SELECT session_id, status, next_turn, created_at, updated_at
+FROM main.sessions WHERE session_id = $sid;
+
+-- name: upsert_sessions
+-- Create sessions or move their turn counter forward (it never goes back).
+INSERT INTO main.sessions (session_id, created_at, updated_at, status, next_turn)
+SELECT session_id, created_at, updated_at, 'open', next_turn FROM _b_sessions
+ON CONFLICT (session_id) DO UPDATE SET
+    next_turn = greatest(sessions.next_turn, excluded.next_turn),
+    updated_at = excluded.updated_at;
+
+-- name: insert_turns
+-- Append a batch of turns.
+INSERT INTO main.turns BY NAME SELECT * FROM _b_turns;
+
+-- name: insert_message_vectors
+-- Append a batch of message vectors.
+INSERT INTO main.message_vectors BY NAME SELECT * FROM _b_mvec;
+
+-- name: insert_sentence_vectors
+-- Append a batch of sentence vectors.
+INSERT INTO main.sentence_vectors BY NAME SELECT * FROM _b_svec;
+
+-- name: insert_postings
+-- Append a batch of BM25 postings.
+INSERT INTO main.postings BY NAME SELECT * FROM _b_post;
+
+-- name: insert_notes
+-- Append a batch of notes.
+INSERT INTO main.notes BY NAME SELECT * FROM _b_notes;
+
+-- name: assign_notes
+-- Mark turns as compressed into their note (and drop their raw text when it is not kept).
+UPDATE main.turns SET note_id = m.note_id,
+    content = CASE WHEN $keep_raw THEN turns.content ELSE NULL END
+FROM _b_map AS m
+WHERE turns.session_id = m.session_id AND turns.turn_no = m.turn_no;
+
+-- name: pending_turns
+-- Uncompressed turns of a session older than a turn number, with their message vectors.
+SELECT t.turn_no, t.role, t.speaker, coalesce(t.content, t.micro) AS content, t.ts, t.tokens,
+    m.vector
+FROM main.turns AS t JOIN main.message_vectors AS m USING (session_id, turn_no)
+WHERE t.session_id = $sid AND t.note_id IS NULL AND t.turn_no < $before
+ORDER BY t.turn_no;
+
+-- name: term_df
+-- Document frequency of some terms in a session, and its number of documents.
+SELECT p.term, count(*) AS df,
+    (SELECT count(*) FROM main.turns WHERE session_id = $sid) AS n_docs
+FROM main.postings AS p
+WHERE p.session_id = $sid AND list_contains($terms, p.term)
+GROUP BY p.term;
+
+-- name: next_note_ids
+-- Reserve note ids.
+SELECT nextval('note_ids') AS id FROM range($n);
+
+-- name: turn_hashes
+-- Role and content hash of every turn of a session, in order (for idempotent re-ingestion).
+SELECT turn_no, role, content_hash FROM main.turns WHERE session_id = $sid ORDER BY turn_no;
+
+-- name: close_session
+-- Mark a session closed.
+UPDATE main.sessions SET status = 'closed', updated_at = $now WHERE session_id = $sid;
+
+-- name: upsert_summary
+-- Store (or replace) the cold-tier summary of a session.
+INSERT OR REPLACE INTO main.session_summaries VALUES ($sid, $summary, $tokens, $now);
+
+-- name: note_labels
+-- Labels and summaries of a session's notes in order.
+SELECT label, summary FROM main.notes WHERE session_id = $sid ORDER BY start_turn;
+
+-- name: sessions
+-- Every session with its size.
+SELECT s.session_id, s.status, s.next_turn, s.created_at, s.updated_at,
+    (SELECT count(*) FROM main.turns AS t WHERE t.session_id = s.session_id) AS turns,
+    (SELECT count(*) FROM main.notes AS n WHERE n.session_id = s.session_id) AS notes
+FROM main.sessions AS s ORDER BY s.session_id;
+
+-- name: notes
+-- A session's notes without vectors.
+SELECT note_id, start_turn, end_turn, start_ts, end_ts, label, summary, raw_tokens,
+    summary_tokens, level, retrieval_count
+FROM main.notes WHERE session_id = $sid ORDER BY start_turn;
+
+-- name: quote_rows
+-- Text and sentence offsets of some turns, for quoting.
+SELECT t.turn_no, t.role, t.speaker, t.ts, t.content, t.micro, t.tokens, t.note_id,
+    list(struct_pack(sent_no := s.sent_no, start_char := s.start_char, end_char := s.end_char)
+         ORDER BY s.sent_no) FILTER (WHERE s.sent_no IS NOT NULL) AS sentences
+FROM main.turns AS t
+LEFT JOIN main.sentence_vectors AS s USING (session_id, turn_no)
+WHERE t.session_id = $sid AND list_contains($turns, t.turn_no)
+GROUP BY ALL;
+
+-- name: note_headers
+-- Label and time span of some notes.
+SELECT note_id, label, summary, start_turn, end_turn, start_ts, end_ts
+FROM main.notes WHERE session_id = $sid AND list_contains($ids, note_id);
+
+-- name: bump_retrieval
+-- Count that some notes were put into a context.
+UPDATE main.notes SET retrieval_count = retrieval_count + 1
+WHERE session_id = $sid AND list_contains($ids, note_id);
+
+-- name: summary
+-- The cold-tier summary of a session.
+SELECT summary, tokens, created_at FROM main.session_summaries WHERE session_id = $sid;
+
+-- name: pin_texts
+-- Pins of a session, oldest first.
+SELECT pin_id, text FROM main.pins WHERE session_id = $sid ORDER BY pin_id;
+
+-- name: verbatim_candidates
+-- Uncompressed turns (hot and pending), newest first, inside the optional time window.
+SELECT turn_no, role, speaker, content, ts, tokens, state
+FROM cce_turns($sid, hot := $hot)
+WHERE state <> 'compressed' AND content IS NOT NULL
+  AND ($since IS NULL OR ts >= CAST($since AS TIMESTAMP))
+  AND ($until IS NULL OR ts <= CAST($until AS TIMESTAMP))
+  AND ($first IS NULL OR turn_no >= $first)
+ORDER BY turn_no DESC;
+
+-- name: full_tokens
+-- Tokens of a session's whole history (plus the per-message overhead).
+SELECT coalesce(sum(tokens), 0) + 4 * count(*) FROM main.turns WHERE session_id = $sid;

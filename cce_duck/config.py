@@ -23,6 +23,7 @@ _ENV: dict[str, str] = {
     "max_topic_turns": "CCE_MAX_TOPIC_TURNS",
     "topic_gap_minutes": "CCE_TOPIC_GAP_MINUTES",
     "keep_raw_turns": "CCE_KEEP_RAW_TURNS",
+    "flush_every": "CCE_FLUSH_EVERY",
     "recency_weight": "CCE_RECENCY_WEIGHT",
 }
 
@@ -46,6 +47,8 @@ class Config:
         recency_weight: Weight of the recency boost added to the dense score.
         sentence_min_tokens: Messages at least this long also get one vector per sentence.
         rrf_k: Constant of reciprocal-rank fusion.
+        flush_every: Journaled messages are moved into the tables in batches of this size (and
+            before every read), so one commit serves many messages.
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -62,11 +65,13 @@ class Config:
     recency_weight: float = 0.05
     sentence_min_tokens: int = 24
     rrf_k: int = 60
+    flush_every: int = 64
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
         positive = ("hot_tier_max_turns", "live_batch_turns", "context_max_tokens", "top_k",
-                    "min_topic_turns", "max_topic_turns", "sentence_min_tokens", "rrf_k")
+                    "min_topic_turns", "max_topic_turns", "sentence_min_tokens", "rrf_k",
+                    "flush_every")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -4,6 +4,7 @@ hard token cap (the cap is never exceeded)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -188,8 +189,13 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
     if payload.notes and not store.read_only:
         ids = [n["note_id"] for n in payload.notes if n["note_id"] is not None]
         if ids:
-            store.q("bump_retrieval", {"sid": sid, "ids": ids})
+            store.q("bump_retrieval", {"sid": sid, "ids": _csv(ids)})
     return payload
+
+
+def _csv(values: Iterable[int]) -> str:
+    """Numbers as one comma-separated string (binding a list parameter costs far more)."""
+    return ",".join(str(int(v)) for v in values)
 
 
 def _note_header(n: dict[str, Any]) -> str:
@@ -221,10 +227,10 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
     if not hits:
         return [], [], memory_paid
     turn_rows = {r["turn_no"]: r for r in store.q(
-        "quote_rows", {"sid": sid, "turns": [h["turn_no"] for h in hits]}).to_arrow_table().to_pylist()}
+        "quote_rows", {"sid": sid, "turns": _csv(h["turn_no"] for h in hits)}).to_arrow_table().to_pylist()}
     note_ids = sorted({h["note_id"] for h in hits if h["note_id"] is not None})
     headers = {r["note_id"]: r for r in store.q(
-        "note_headers", {"sid": sid, "ids": note_ids}).to_arrow_table().to_pylist()}
+        "note_headers", {"sid": sid, "ids": _csv(note_ids)}).to_arrow_table().to_pylist()}
     groups: dict[Any, dict[str, Any]] = {}
     dropped: list[dict[str, Any]] = []
     for h in hits:

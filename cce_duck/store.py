@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -23,6 +26,21 @@ from cce_duck.errors import (
 from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro, macro_files, query
 
 __all__ = ["DB_FILE", "Store"]
+
+
+
+class _AbsentPandas(importlib.abc.MetaPathFinder):
+    """DuckDB's Python client tries ``import pandas`` on every registered object and several
+    executes. Without pandas installed each try rescans sys.path (about 1 ms); this finder ends
+    the search at once. It is only installed when pandas is not installed."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == "pandas":
+            raise ModuleNotFoundError("No module named 'pandas'", name="pandas")
+
+
+if importlib.util.find_spec("pandas") is None:
+    sys.meta_path.insert(0, _AbsentPandas())
 
 DB_FILE = "memory.duckdb"
 _LOCK = re.compile(r"Could not set lock on file", re.I)

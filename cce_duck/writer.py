@@ -79,6 +79,7 @@ class Writer:
         self._closed: set[str] = set()
         self._buffer: list[tuple[str, int, Message]] = []
         self._journal: Path | None = None
+        self._df: dict[str, tuple[Counter[str], int]] = {}  # session -> (term df, documents)
         if store.data_dir is not None and not store.read_only:
             self._journal = store.data_dir / JOURNAL_FILE
             self._replay()
@@ -117,7 +118,7 @@ class Writer:
                 fh.write(lines)
         self._next[session_id] = start + len(messages)
         self._buffer.extend(numbered)
-        if len(self._buffer) >= self.config.live_batch_turns:
+        if len(self._buffer) >= self.config.flush_every:
             self.flush()
         return [n for _, n, _ in numbered]
 
@@ -230,6 +231,11 @@ class Writer:
                 con.register("_b_svec", svec)
                 self.store.q("insert_sentence_vectors")
                 con.unregister("_b_svec")
+            for sid in b.sessions:
+                if sid in self._df:
+                    df, docs = self._df[sid]
+                    df.update(p[1] for p in b.post if p[0] == sid)
+                    self._df[sid] = (df, docs + sum(1 for t in b.turns if t["session_id"] == sid))
             if b.post:
                 cols = list(zip(*b.post, strict=True))
                 post = pa.table({
@@ -266,12 +272,21 @@ class Writer:
                 return
         self._write_notes(con, sid, turns, rows, vecs, groups)
 
+    def _term_df(self, sid: str) -> tuple[Counter[str], int]:
+        """Document frequencies of a session's terms, kept in memory once loaded."""
+        if sid not in self._df:
+            rows = self.store.q("session_df", {"sid": sid}).fetchall()
+            docs = self.store.q("session_docs", {"sid": sid}).fetchone()
+            self._df[sid] = (Counter({r[0]: int(r[1]) for r in rows}), int(docs[0]) if docs else 0)
+        return self._df[sid]
+
+    def forget_stats(self, session_id: str) -> None:
+        """Drop cached statistics of a session (after turns were edited or removed)."""
+        self._df.pop(session_id, None)
+
     def _write_notes(self, con: Any, sid: str, turns: list[topics.TopicTurn],
                      rows: list[dict[str, Any]], vecs: Matrix, groups: list[list[int]]) -> None:
-        all_terms = sorted({w for t in turns for w in terms(t.content)})
-        df_rows = self.store.q("term_df", {"sid": sid, "terms": all_terms}).fetchall()
-        df = {r[0]: int(r[1]) for r in df_rows}
-        n_docs = int(df_rows[0][2]) if df_rows else len(turns)
+        df, n_docs = self._term_df(sid)
         ids = [r[0] for r in self.store.q("next_note_ids", {"n": len(groups)}).fetchall()]
         now = _now()
         notes: list[dict[str, Any]] = []

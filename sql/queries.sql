@@ -48,13 +48,13 @@ FROM main.turns AS t JOIN main.message_vectors AS m USING (session_id, turn_no)
 WHERE t.session_id = $sid AND t.note_id IS NULL AND t.turn_no < $before
 ORDER BY t.turn_no;
 
--- name: term_df
--- Document frequency of some terms in a session, and its number of documents.
-SELECT p.term, count(*) AS df,
-    (SELECT count(*) FROM main.turns WHERE session_id = $sid) AS n_docs
-FROM main.postings AS p
-WHERE p.session_id = $sid AND list_contains($terms, p.term)
-GROUP BY p.term;
+-- name: session_df
+-- Document frequency of every term of a session.
+SELECT term, count(*) AS df FROM main.postings WHERE session_id = $sid GROUP BY term;
+
+-- name: session_docs
+-- Number of turns (BM25 documents) of a session.
+SELECT count(*) FROM main.turns WHERE session_id = $sid;
 
 -- name: next_note_ids
 -- Reserve note ids.
@@ -90,24 +90,24 @@ SELECT note_id, start_turn, end_turn, start_ts, end_ts, label, summary, raw_toke
 FROM main.notes WHERE session_id = $sid ORDER BY start_turn;
 
 -- name: quote_rows
--- Text and sentence offsets of some turns, for quoting.
+-- Text and sentence offsets of some turns, for quoting ($turns: comma-separated numbers).
 SELECT t.turn_no, t.role, t.speaker, t.ts, t.content, t.micro, t.tokens, t.note_id,
     list(struct_pack(sent_no := s.sent_no, start_char := s.start_char, end_char := s.end_char)
          ORDER BY s.sent_no) FILTER (WHERE s.sent_no IS NOT NULL) AS sentences
 FROM main.turns AS t
 LEFT JOIN main.sentence_vectors AS s USING (session_id, turn_no)
-WHERE t.session_id = $sid AND list_contains($turns, t.turn_no)
+WHERE t.session_id = $sid AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), t.turn_no)
 GROUP BY ALL;
 
 -- name: note_headers
--- Label and time span of some notes.
+-- Label and time span of some notes ($ids: comma-separated note ids).
 SELECT note_id, label, summary, start_turn, end_turn, start_ts, end_ts
-FROM main.notes WHERE session_id = $sid AND list_contains($ids, note_id);
+FROM main.notes WHERE session_id = $sid AND list_contains(CAST(string_split($ids, ',') AS BIGINT[]), note_id);
 
 -- name: bump_retrieval
--- Count that some notes were put into a context.
+-- Count that some notes were put into a context ($ids: comma-separated note ids).
 UPDATE main.notes SET retrieval_count = retrieval_count + 1
-WHERE session_id = $sid AND list_contains($ids, note_id);
+WHERE session_id = $sid AND list_contains(CAST(string_split($ids, ',') AS BIGINT[]), note_id);
 
 -- name: summary
 -- The cold-tier summary of a session.

@@ -28,17 +28,40 @@ class HashEmbedder:
     def embed(self, texts: list[str], kind: Kind = "passage") -> Matrix:
         """Embed each text independently."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        dim = self.dim
         for row, text in enumerate(texts):
-            vec = out[row]
-            for word in _tokens(text):
-                h = zlib.crc32(word.encode("utf-8", "surrogatepass"))
-                vec[h % dim] += 1.0 if (h >> 16) & 1 else -1.0
-                padded = f"#{word}#"
-                for i in range(len(padded) - 2):
-                    g = zlib.crc32(padded[i : i + 3].encode("utf-8", "surrogatepass"))
-                    vec[g % dim] += 0.5 if (g >> 16) & 1 else -0.5
-            norm = float(np.linalg.norm(vec))
-            if norm > 0:
-                vec /= norm
-        return out
+            self._add(out[row], text)
+        return _normalise(out)
+
+    def embed_spans(self, text: str, spans: list[tuple[int, int]]) -> tuple[Matrix, Matrix]:
+        """Sentence vectors, and the message vector as their sum (hashing is additive)."""
+        parts = np.zeros((len(spans), self.dim), dtype=np.float32)
+        for row, (a, b) in enumerate(spans):
+            self._add(parts[row], text[a:b])
+        covered = sum(b - a for a, b in spans)
+        whole = parts.sum(axis=0, keepdims=True)
+        if covered < len(text.strip()) - len(spans):  # words outside the spans: embed apart
+            whole = np.zeros((1, self.dim), dtype=np.float32)
+            self._add(whole[0], text)
+        return _normalise(whole), _normalise(parts)
+
+    def _add(self, vec: Matrix, text: str) -> None:
+        crc = zlib.crc32
+        hashes: list[int] = []
+        weights: list[float] = []
+        for word in _tokens(text):
+            h = crc(word.encode("utf-8", "surrogatepass"))
+            hashes.append(h)
+            weights.append(1.0 if (h >> 16) & 1 else -1.0)
+            padded = f"#{word}#".encode("utf-8", "surrogatepass")
+            for i in range(len(padded) - 2):
+                g = crc(padded[i : i + 3])
+                hashes.append(g)
+                weights.append(0.5 if (g >> 16) & 1 else -0.5)
+        if hashes:
+            idx = np.asarray(hashes, dtype=np.uint64) % self.dim
+            vec += np.bincount(idx.astype(np.intp), weights=weights, minlength=self.dim)
+
+
+def _normalise(mat: Matrix) -> Matrix:
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return (mat / np.where(norms > 0, norms, 1.0)).astype(np.float32)

@@ -87,10 +87,15 @@ def _clip(text: str, max_tokens: int) -> str:
 
 
 def micro(turn: TopicTurn, max_tokens: int = 32) -> str:
-    """One line per message: who, and its first sentence (clipped)."""
+    """One line per message: who, and its most informative sentence (clipped).
+
+    The sentence with the most distinct content words wins (the earliest on a tie), so greetings
+    and one-word acknowledgements ("Perfect.") do not stand for a message.
+    """
     sentences = split_sentences(turn.content)
-    first = sentences[0].text if sentences else turn.content
-    return f"{_who(turn)}: {_clip(first, max_tokens)}"
+    best = max(sentences, key=lambda s: len(set(terms(s.text))), default=None)
+    text = best.text if best is not None else turn.content
+    return f"{_who(turn)}: {_clip(text, max_tokens)}"
 
 
 def meso_summary(turns: Sequence[TopicTurn], vectors: Matrix, max_tokens: int = 80) -> str:

@@ -22,22 +22,34 @@ __all__ = [
 ]
 
 STOPWORDS: frozenset[str] = frozenset(
-    """a about above after again against all also am an and any are aren as at be because been
-    before being below between both but by can cannot could couldn did didn do does doesn doing
-    don down during each few for from further had hadn has hasn have haven having he her here hers
-    herself him himself his how i if in into is isn it its itself just let me more most mustn my
-    myself no nor not now of off on once only or other ought our ours ourselves out over own same
-    shan she should shouldn so some such than that the their theirs them themselves then there
-    these they this those through to too under until up very was wasn we were weren what when
-    where which while who whom why will with won would wouldn you your yours yourself yourselves
-    ll re ve im ive id youre thats dont doesnt didnt isnt wasnt cant wont yes yeah oh ok okay hey
-    hi hello thanks thank really got get gets getting like just also well much many one would""".split()
+    [
+        "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any",
+        "are", "aren", "as", "at", "be", "because", "been", "before", "being", "below", "between",
+        "both", "but", "by", "can", "cannot", "could", "couldn", "did", "didn", "do", "does",
+        "doesn", "doing", "don", "down", "during", "each", "few", "for", "from", "further", "had",
+        "hadn", "has", "hasn", "have", "haven", "having", "he", "her", "here", "hers", "herself",
+        "him", "himself", "his", "how", "i", "if", "in", "into", "is", "isn", "it", "its", "itself",
+        "just", "let", "me", "more", "most", "mustn", "my", "myself", "no", "nor", "not", "now",
+        "of", "off", "on", "once", "only", "or", "other", "ought", "our", "ours", "ourselves",
+        "out", "over", "own", "same", "shan", "she", "should", "shouldn", "so", "some", "such",
+        "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these",
+        "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was",
+        "wasn", "we", "were", "weren", "what", "when", "where", "which", "while", "who", "whom",
+        "why", "will", "with", "won", "would", "wouldn", "you", "your", "yours", "yourself",
+        "yourselves", "ll", "re", "ve", "im", "ive", "id", "youre", "thats", "dont", "doesnt",
+        "didnt", "isnt", "wasnt", "cant", "wont", "yes", "yeah", "oh", "ok", "okay", "hey", "hi",
+        "hello", "thanks", "thank", "really", "got", "get", "gets", "getting", "like", "just",
+        "also", "well", "much", "many", "one", "would"
+    ]
 )
 
 # Extra words that carry no topic in a *question* (they are fine inside messages).
 _QUESTION_WORDS: frozenset[str] = frozenset(
-    """tell know remember said say says mentioned mention talk talked discuss discussed kind
-    thing things something anything ever likely might may think""".split()
+    [
+        "tell", "know", "remember", "said", "say", "says", "mentioned", "mention", "talk", "talked",
+        "discuss", "discussed", "kind", "thing", "things", "something", "anything", "ever",
+        "likely", "might", "may", "think"
+    ]
 )
 
 _CJK = (

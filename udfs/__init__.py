@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import duckdb
@@ -70,9 +71,7 @@ def register(con: duckdb.DuckDBPyConnection, embedder: CachedEmbedder) -> None:
         ("cce_tokens", _tokens_fn, "INTEGER"),
     ]
     for name, fn, ret in specs:
-        try:
+        with contextlib.suppress(duckdb.InvalidInputException, duckdb.CatalogException):
             con.remove_function(name)
-        except (duckdb.InvalidInputException, duckdb.CatalogException):
-            pass
         con.create_function(name, fn, ["VARCHAR"], ret, type="arrow",
                             null_handling="special", side_effects=False)

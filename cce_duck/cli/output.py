@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import polars as pl
@@ -16,7 +16,7 @@ __all__ = ["Format", "console", "print_frame", "print_json"]
 console = Console()
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     """Output formats of tabular commands."""
 
     table = "table"

@@ -163,6 +163,9 @@ class Store:
         from cce_duck import udfs
 
         udfs.register(con, self.embedder)
+        self._install_macros(con)
+
+    def _install_macros(self, con: duckdb.DuckDBPyConnection) -> None:
         for name in macro_files():
             con.execute(macro(name).sql.replace("@DIM@", str(self.dim)))
         for alias, target in CURRENT_MACROS.items():
@@ -177,7 +180,9 @@ class Store:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection for another thread, with the UDFs and macros installed."""
         cur = self.con.cursor()
-        self.install(cur)
+        # Python UDFs belong to the database instance (the cursor already sees them and cannot
+        # register them again); temp macros belong to each connection.
+        self._install_macros(cur)
         return cur
 
     def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:

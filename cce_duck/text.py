@@ -105,10 +105,15 @@ def _stem(word: str) -> str:
         word = word[:-2]
     elif "'" in word:
         word = word.replace("'", "")
-    if len(word) > 4 and word.isascii() and word.endswith("s") and not word.endswith(
+    if len(word) > 3 and word.isascii() and word.endswith("s") and not word.endswith(
         ("ss", "us", "is")
     ):
-        word = word[:-3] + "y" if word.endswith("ies") else word[:-1]
+        if word.endswith("sses"):  # classes -> class
+            word = word[:-2]
+        elif word.endswith("ies") and len(word) > 4:  # queries -> query (but ties -> tie)
+            word = word[:-3] + "y"
+        else:  # bugs -> bug
+            word = word[:-1]
     return word
 
 

@@ -230,7 +230,8 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
         "quote_rows", {"sid": sid, "turns": _csv(h["turn_no"] for h in hits)}).to_arrow_table().to_pylist()}
     note_ids = sorted({h["note_id"] for h in hits if h["note_id"] is not None})
     headers = {r["note_id"]: r for r in store.q(
-        "note_headers", {"sid": sid, "ids": _csv(note_ids)}).to_arrow_table().to_pylist()}
+        "note_headers", {"sid": sid, "ids": _csv(note_ids)}).to_arrow_table().to_pylist()
+    } if note_ids else {}  # '' would not cast to BIGINT[]
     groups: dict[Any, dict[str, Any]] = {}
     dropped: list[dict[str, Any]] = []
     for h in hits:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -46,3 +48,45 @@ def file_engine(data_dir: Path) -> Iterator[Engine]:
         yield eng
     finally:
         eng.close()
+
+
+#: Five topics, four messages each; each topic starts a day after the previous one, so topic
+#: boundaries are deterministic (a silence always starts a new topic) whatever the embedder.
+TOPICS: list[list[str]] = [
+    ["Let's plan the database migration to DuckDB.",
+     "The migration needs a schema file and numbered migrations.",
+     "Should the migration run in one transaction?",
+     "Yes, each migration and its bookkeeping row commit together."],
+    ["Now the budget: the ACME project has 40000 euros.",
+     "The budget covers two engineers for three months.",
+     "Is travel in the budget?",
+     "No, travel is a separate budget line."],
+    ["What about the garden party on Saturday?",
+     "The garden party starts at noon with a barbecue.",
+     "Who brings the barbecue grill to the garden?",
+     "Marta brings the grill and the charcoal."],
+    ["Let's discuss the hiking trip to the Alps.",
+     "The hiking trip goes over three mountain passes.",
+     "Do we need crampons for the hiking trip?",
+     "Crampons are needed for the glacier crossing."],
+    ["Finally the piano lessons for the kids.",
+     "Piano lessons are on Tuesday afternoons.",
+     "How much do the piano lessons cost?",
+     "Each piano lesson costs thirty dollars."],
+]
+BASE_TIME = datetime(2024, 5, 1, 9, 0)
+
+
+def topic_messages(topics: list[list[str]] | None = None) -> list[dict[str, Any]]:
+    """Messages of ``topics`` (default :data:`TOPICS`), alternating user / assistant."""
+    out = []
+    for k, topic in enumerate(TOPICS if topics is None else topics):
+        for i, content in enumerate(topic):
+            out.append({"role": "user" if i % 2 == 0 else "assistant", "content": content,
+                        "timestamp": BASE_TIME + timedelta(days=k, minutes=i)})
+    return out
+
+
+@pytest.fixture
+def conversation() -> list[dict[str, Any]]:
+    return topic_messages()

@@ -23,7 +23,7 @@ import pyarrow as pa
 from cce_duck import topics
 from cce_duck.config import Config
 from cce_duck.embedders.base import Matrix
-from cce_duck.errors import ConflictError
+from cce_duck.errors import CCEError, ConflictError
 from cce_duck.messages import Message
 from cce_duck.store import Store
 from cce_duck.text import estimate_tokens, split_sentences, terms
@@ -104,6 +104,8 @@ class Writer:
 
     def add(self, session_id: str, messages: Sequence[Message]) -> list[int]:
         """Journal ``messages`` and return their turn numbers; flush when a batch is full."""
+        if self.store.read_only:  # nothing would ever store them: refuse, do not drop
+            raise CCEError("this store is open read-only; open it without read_only to write")
         start = self.next_turn(session_id)
         if session_id in self._closed:
             raise ConflictError(f"session {session_id!r} is closed; open a new session")

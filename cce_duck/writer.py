@@ -129,7 +129,8 @@ class Writer:
         if not self._journal.exists():
             return
         stored: dict[str, int] = {}
-        for line in self._journal.read_text(encoding="utf-8", errors="replace").splitlines():
+        # split on "\n" only: splitlines() would also cut at U+2028, U+0085 ... inside a message
+        for line in self._journal.read_text(encoding="utf-8", errors="replace").split("\n"):
             try:
                 rec = json.loads(line)
                 sid, n = rec["s"], int(rec["n"])

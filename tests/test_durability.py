@@ -21,10 +21,13 @@ CHILD = textwrap.dedent("""
     folder, count, mode, session = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     eng = Engine(data_dir=folder, embedder="hash")
     start = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+
+    def add(i):
+        text = f"message {i}: caf\\u00e9 \\u6771\\u4eac\\nsecond line\\u2028third\\x85fourth"
+        return eng.add_message(session, "user" if i % 2 == 0 else "assistant", text)
+
     for i in range(start, start + count):
-        role = "user" if i % 2 == 0 else "assistant"
-        n = eng.add_message(session, role, f"message {i}: caf\u00e9 \u6771\u4eac\\nsecond line")
-        print(n, flush=True)
+        print(add(i), flush=True)
     if mode == "exit":
         os._exit(0)          # no close, no atexit, no checkpoint
     print("ready", flush=True)
@@ -32,15 +35,14 @@ CHILD = textwrap.dedent("""
         time.sleep(120)
     while mode == "forever":
         i += 1
-        role = "user" if i % 2 == 0 else "assistant"
-        print(eng.add_message(session, role, f"message {i}: caf\u00e9 \u6771\u4eac\\nsecond line"),
-              flush=True)
+        print(add(i), flush=True)
     time.sleep(120)          # 'kill': wait for SIGKILL
 """)
 
 
 def _content(i: int) -> str:
-    return f"message {i}: café 東京\nsecond line"
+    # U+2028 and U+0085 are line breaks for str.splitlines() but not inside a JSON line
+    return f"message {i}: café 東京\nsecond line\u2028third\x85fourth"
 
 
 def _spawn(folder: Path, count: int, mode: str, session: str = "s",

@@ -49,7 +49,11 @@ class Engine:
             config = config.with_(**overrides)
         self.config = config
         self.store = Store(config.data_dir, config.embedder, read_only=read_only)
-        self.writer = Writer(self.store, config)
+        try:
+            self.writer = Writer(self.store, config)
+        except BaseException:
+            self.store.close()
+            raise
         self._closed = False
         atexit.register(self.close)
 

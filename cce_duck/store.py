@@ -44,6 +44,12 @@ if importlib.util.find_spec("pandas") is None:
 
 DB_FILE = "memory.duckdb"
 _LOCK = re.compile(r"Could not set lock on file", re.I)
+_SAME_FILE = re.compile(r"same database file with a different configuration", re.I)
+
+#: Files open in this process. DuckDB shares one database instance between connections to the
+#: same file in a process, and with it the Python UDFs: a second store on the file could not
+#: register them, and a UDF left behind by a closed connection crashes the process when called.
+_OPEN_FILES: set[str] = set()
 
 
 def _now() -> datetime:
@@ -63,6 +69,12 @@ class Store:
         self.data_dir = data_dir
         self.read_only = read_only
         self.path = ":memory:" if data_dir is None else str(data_dir / DB_FILE)
+        self._key = None if data_dir is None else str(Path(self.path).resolve())
+        if self._key in _OPEN_FILES:
+            raise FolderInUseError(
+                f"the data folder {data_dir} is already open in this process; share that "
+                "Engine (or close it first)"
+            )
         self.con = self._connect()
         try:
             self.embedder = self._prepare(embedder)
@@ -71,6 +83,8 @@ class Store:
         except BaseException:
             self.con.close()
             raise
+        if self._key is not None:
+            _OPEN_FILES.add(self._key)
 
     # -- opening ------------------------------------------------------------
 
@@ -92,6 +106,11 @@ class Store:
                 ) from None
             raise SchemaError(f"cannot open {self.path}: {exc}") from None
         except duckdb.Error as exc:
+            if _SAME_FILE.search(str(exc)):
+                raise FolderInUseError(
+                    f"the data folder {self.data_dir} is already open in this process by "
+                    "another DuckDB connection; close it first"
+                ) from None
             raise SchemaError(f"{self.path} is not a readable DuckDB file: {exc}") from None
 
     def _prepare(self, requested: str) -> CachedEmbedder:
@@ -215,6 +234,7 @@ class Store:
                 self.con.execute("CHECKPOINT")
         finally:
             self.con.close()
+            _OPEN_FILES.discard(self._key or "")
 
 
 def _pid(message: str) -> str:

@@ -11,9 +11,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from cce_duck import Engine, FolderInUseError
+from cce_duck.store import DB_FILE
 
 CHILD = textwrap.dedent("""
     import os, sys, time
@@ -153,3 +155,41 @@ def test_second_process_gets_folder_in_use(tmp_path: Path) -> None:
     finally:
         _kill(proc)
     _check(folder, 2)  # the holder was killed: its two turns are intact and the folder opens
+
+
+@pytest.mark.parametrize(("first_ro", "second_ro"),
+                         [(False, False), (False, True), (True, False), (True, True)])
+def test_same_process_second_open_is_refused(tmp_path: Path, first_ro: bool,
+                                             second_ro: bool) -> None:
+    """DuckDB shares one database (and its Python UDFs) between connections to a file in a
+    process: a second engine on the folder is refused with a clear error, never a raw
+    CatalogException or numbering that collides with the first engine's."""
+    with Engine(data_dir=tmp_path, embedder="hash") as eng:
+        eng.add_message("s", "user", "hello")
+    first = Engine(data_dir=tmp_path, embedder="hash", read_only=first_ro)
+    try:
+        with pytest.raises(FolderInUseError, match="this process") as info:
+            Engine(data_dir=tmp_path, embedder="hash", read_only=second_ro)
+        assert str(tmp_path) in str(info.value)
+        assert first.turns("s").height == 1
+        assert first.sql("SELECT cce_tokens('hello world') AS n")["n"].to_list() == [2]
+    finally:
+        first.close()
+    with Engine(data_dir=tmp_path, embedder="hash") as eng:  # free again once closed
+        assert eng.add_message("s", "user", "again") == 1
+
+
+def test_raw_duckdb_connection_in_the_same_process(tmp_path: Path) -> None:
+    with Engine(data_dir=tmp_path, embedder="hash") as eng:
+        eng.add_message("s", "user", "hello")
+    con = duckdb.connect(str(tmp_path / DB_FILE), read_only=True)
+    try:
+        with pytest.raises(FolderInUseError, match="this process"):
+            Engine(data_dir=tmp_path, embedder="hash")
+    finally:
+        con.close()
+    eng = Engine(data_dir=tmp_path, embedder="hash")
+    try:
+        assert eng.turns("s").height == 1
+    finally:
+        eng.close()

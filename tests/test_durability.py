@@ -16,6 +16,7 @@ import pytest
 
 from cce_duck import Engine, FolderInUseError
 from cce_duck.store import DB_FILE
+from cce_duck.writer import JOURNAL_FILE
 
 CHILD = textwrap.dedent("""
     import os, sys, time
@@ -193,3 +194,34 @@ def test_raw_duckdb_connection_in_the_same_process(tmp_path: Path) -> None:
         assert eng.turns("s").height == 1
     finally:
         eng.close()
+
+
+def test_crash_between_commit_and_journal_reset(tmp_path: Path) -> None:
+    """The journal still holds messages the tables already have (the process died right after
+    the commit), plus a line torn mid-write: replay stores nothing twice and skips the torn
+    line."""
+    with Engine(data_dir=tmp_path, embedder="hash") as eng:
+        for i in range(10):
+            eng.add_message("s", "user" if i % 2 == 0 else "assistant", _content(i))
+        journal = (tmp_path / JOURNAL_FILE).read_bytes()
+        assert journal.count(b"\n") == 10
+        eng.flush()
+        assert (tmp_path / JOURNAL_FILE).read_bytes() == b""
+        torn = b'{"s": "s", "n": 10, "r": "user", "c": "never acknowl'
+        (tmp_path / JOURNAL_FILE).write_bytes(journal + torn)
+    _check(tmp_path, 10)
+
+
+def test_journal_replay_after_partial_commit(tmp_path: Path) -> None:
+    """Some journaled turns reached the tables and some did not: the missing ones are added."""
+    with Engine(data_dir=tmp_path, embedder="hash") as eng:
+        for i in range(4):
+            eng.add_message("s", "user", _content(i))
+        first = (tmp_path / JOURNAL_FILE).read_bytes()
+        eng.flush()
+        for i in range(4, 7):
+            eng.add_message("s", "user", _content(i))
+        rest = (tmp_path / JOURNAL_FILE).read_bytes()
+        eng.writer._buffer.clear()  # the process 'dies' before turns 4-6 reach the tables
+        (tmp_path / JOURNAL_FILE).write_bytes(first + rest)
+    _check(tmp_path, 7)

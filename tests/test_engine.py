@@ -11,6 +11,8 @@ from typing import Any
 import polars as pl
 import pytest
 from conftest import BASE_TIME, TOPICS, topic_messages
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cce_duck import ConflictError, ContextPayload, Engine
 from cce_duck.payload import MESSAGE_OVERHEAD
@@ -405,3 +407,33 @@ def test_many_sessions_do_not_mix(engine: Engine) -> None:
     hits = engine.search("a", "garden barbecue", k=20)
     assert set(hits["turn_no"].to_list()) <= set(range(8))
     assert set(engine.sessions()["session_id"].to_list()) == {"a", "b"}
+
+
+_words = st.sampled_from(["duckdb", "budget", "garden", "piano", "the", "ACME", "40000", "東京",
+                          "trip", "hiking", "notes", "?", "."])
+_messages = st.lists(
+    st.fixed_dictionaries({
+        "role": st.sampled_from(["user", "assistant"]),
+        "content": st.lists(_words, min_size=1, max_size=30).map(" ".join),
+    }), min_size=1, max_size=40)
+
+
+@settings(max_examples=30, deadline=None)
+@given(messages=_messages, cut=st.integers(min_value=0, max_value=40))
+def test_ingest_property(messages: list[dict[str, Any]], cut: int) -> None:
+    """Ingesting a prefix then the whole history equals the history once; again adds nothing."""
+    with Engine(data_dir=None, embedder="hash", hot_tier_max_turns=3, live_batch_turns=4) as eng:
+        eng.ingest("s", messages[:cut])
+        eng.ingest("s", messages)
+        tables = _all_rows(eng)
+        assert eng.ingest("s", messages) == []
+        assert _all_rows(eng) == tables
+        turns = eng.turns("s")
+        assert turns["turn_no"].to_list() == list(range(len(messages)))
+        assert turns["content"].to_list() == [m["content"] for m in messages]
+        ranges = _note_ranges(eng, "s")
+        covered = [i for a, b in ranges for i in range(a, b + 1)]
+        assert covered == list(range(len(covered))), "notes tile the compressed turns"
+        states = turns["state"].to_list()
+        assert states.count("compressed") == len(covered)
+        assert "pending" not in states, "ingest compresses everything older than the hot window"

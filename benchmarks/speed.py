@@ -1,0 +1,564 @@
+"""Speed, size and memory of cce_duck on the LoCoMo conversations, checked against targets.
+
+    python benchmarks/speed.py [--embedders hash,onnx] [--queries 200] [--json out.json]
+
+For each installed embedder: live ingestion (one ``add_message`` at a time, final flush
+included), bulk ingestion (``ingest``), ``context()`` latency at 1,000 messages in one session
+and at 20,000 messages in 20 sessions, database bytes per 1,000 messages, and, in a child
+process each, the resident memory added by 10,000 notes and the whole process's peak.
+Baselines (plain DuckDB and, for onnx, the bare model) run in the same process as the figures
+they explain. ``CCE_BENCH_SCALE`` scales the sizes (0.2 for a quick look). Exit status 1 when
+a gate fails. See ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+from locomo_data import Conversation, load
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import cce_duck
+from cce_duck.store import DB_FILE
+from cce_duck.writer import JOURNAL_FILE
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DATA = Path(os.environ.get("CCE_LOCOMO", "/work/shared/data/locomo_dev.json"))
+SCALE = float(os.environ.get("CCE_BENCH_SCALE", "1") or 1)
+WARM_TEXTS = [
+    f"Warm-up note {i}: the blue kettle on shelf {i} needs a new lid before the picnic."
+    for i in range(12)
+]
+WARM_QUERIES = ["Where is the blue kettle?", "Which shelf needs a lid?", "When is the picnic?"]
+
+# (figure, embedder or "*", op, target, unit, label); every one of these is a gate.
+TARGETS: list[tuple[str, str, str, float, str, str]] = [
+    ("live_msgs_per_s", "onnx", ">=", 100, "msg/s", "live ingestion"),
+    ("live_msgs_per_s", "hash", ">=", 1500, "msg/s", "live ingestion"),
+    ("query_1k_p50_ms", "*", "<=", 15, "ms", "query p50 at 1k messages"),
+    ("query_20k_p95_ms", "*", "<=", 50, "ms", "query p95 at 20k messages / 20 sessions"),
+    ("db_mb_per_1k_msgs", "*", "<=", 2.5, "MB", "database size per 1,000 messages"),
+    ("rss_mb_per_10k_notes", "*", "<=", 100, "MB", "RSS added by 10,000 notes"),
+    ("peak_rss_mb", "onnx", "<", 400, "MB", "whole process peak RSS, onnx loaded"),
+]
+
+
+# -- helpers -----------------------------------------------------------------
+
+
+def scaled(n: int, minimum: int = 1) -> int:
+    """``n`` times ``CCE_BENCH_SCALE``, at least ``minimum``."""
+    return max(minimum, round(n * SCALE))
+
+
+def proc_kb(field: str) -> int:
+    """A ``/proc/self/status`` figure in kB (VmRSS: resident now, VmHWM: peak resident)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by linear interpolation."""
+    return float(np.quantile(np.asarray(values), q))
+
+
+def cold(eng: cce_duck.Engine) -> None:
+    """Empty the process-wide embedding cache so every timed text is embedded for real."""
+    cache = getattr(eng.store.embedder, "_cache", None)
+    if cache is not None:
+        cache.clear()
+
+
+def warm(eng: cce_duck.Engine) -> None:
+    """Load the model and prepare the statements once, on a session no figure uses."""
+    for text in WARM_TEXTS[:4]:
+        eng.add_message("warmup", "user", text)
+    eng.ingest("warmup", [{"role": "assistant", "content": t} for t in WARM_TEXTS[4:]])
+    for q in WARM_QUERIES:
+        eng.context("warmup", q, max_tokens=1000)
+    cold(eng)
+
+
+def stream(convs: list[Conversation], n: int, start: int = 0) -> list[dict[str, Any]]:
+    """``n`` LoCoMo messages from position ``start`` on, cycling through every conversation,
+    with timestamps shifted so that they never go back."""
+    flat = [m for c in convs for m in c.messages]
+    out: list[dict[str, Any]] = []
+    shift = timedelta(0)
+    last: datetime | None = None
+    for i in range(n):
+        m = flat[(start + i) % len(flat)]
+        ts = m["timestamp"] + shift
+        if last is not None and ts <= last:
+            shift += last - ts + timedelta(days=1)
+            ts = m["timestamp"] + shift
+        last = ts
+        out.append({"role": m["role"], "content": m["content"], "timestamp": ts,
+                    "name": m["name"]})
+    return out
+
+
+def db_bytes(folder: Path) -> int:
+    """Bytes of the store file, its WAL and the journal."""
+    names = (DB_FILE, DB_FILE + ".wal", JOURNAL_FILE)
+    return sum((folder / n).stat().st_size for n in names if (folder / n).exists())
+
+
+@contextmanager
+def fresh_folder() -> Iterator[Path]:
+    """A new, empty data folder, removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="cce_bench_"))
+    try:
+        yield root / "data"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def count(eng: cce_duck.Engine, table: str) -> int:
+    """Rows of a store table (``turns``, ``notes``)."""
+    return int(eng.sql(f"SELECT count(*) AS n FROM main.{table}")["n"][0])
+
+
+class Steps:
+    """Progress reporting: a rich bar in the parent, nothing in a child."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+
+    @contextmanager
+    def step(self, label: str, total: int) -> Iterator[Callable[[int], None]]:
+        """A bar for one measurement; yields ``advance(n)``."""
+        if self.progress is None:
+            yield lambda n: None
+            return
+        task = self.progress.add_task(label, total=total)
+        try:
+            yield lambda n: self.progress.advance(task, n)  # type: ignore[union-attr]
+        finally:
+            self.progress.update(task, completed=total)
+
+
+# -- baselines ---------------------------------------------------------------
+
+
+def baselines(convs: list[Conversation], threads: int, embedder: str) -> dict[str, Any]:
+    """Plain DuckDB (and bare-model) figures measured in this process, for ratios."""
+    texts = [m["content"] for c in convs for m in c.messages]
+    out: dict[str, Any] = {}
+    with fresh_folder() as folder:
+        folder.mkdir(parents=True)
+        con = duckdb.connect(str(folder / "base.duckdb"))
+        con.execute(f"SET threads = {threads}")
+        con.execute("CREATE TABLE t (id INTEGER, s VARCHAR)")
+        con.execute("INSERT INTO t VALUES (-1, 'warm')")
+        n = scaled(2000, 200)
+        t0 = time.perf_counter()
+        for i in range(n):
+            con.execute("INSERT INTO t VALUES (?, ?)", [i, texts[i % len(texts)]])
+        out["duckdb_row_insert_per_s"] = n / (time.perf_counter() - t0)
+
+        rows = scaled(20_000, 2000)
+        vec = np.random.default_rng(0).integers(-127, 128, (rows, 384), dtype=np.int8)
+        tbl = pa.table({
+            "id": pa.array(range(rows), pa.int32()),
+            "s": [texts[i % len(texts)] for i in range(rows)],
+            "v": pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel()), 384),
+        })
+        con.execute("CREATE TABLE b (id INTEGER, s VARCHAR, v TINYINT[384])")
+        con.register("_arrow", tbl)
+        t0 = time.perf_counter()
+        con.execute("INSERT INTO b SELECT * FROM _arrow")
+        out["duckdb_arrow_insert_rows_per_s"] = rows / (time.perf_counter() - t0)
+
+        q = "[" + ",".join(f"{x:.4f}" for x in np.random.default_rng(1).normal(size=384)) + "]"
+        topk = (f"SELECT id FROM b WHERE id < 1000 ORDER BY array_inner_product("
+                f"CAST(v AS FLOAT[384]), {q}::FLOAT[384]) DESC LIMIT 10")
+        times: list[float] = []
+        for i in range(60):
+            t0 = time.perf_counter()
+            con.execute(topk).fetchall()
+            if i >= 10:
+                times.append(time.perf_counter() - t0)
+        out["duckdb_top10_of_1k_p50_ms"] = statistics.median(times) * 1e3
+        times = []
+        for i in range(210):
+            t0 = time.perf_counter()
+            con.execute("SELECT count(*) FROM b WHERE id = ?", [i]).fetchall()
+            if i >= 10:
+                times.append(time.perf_counter() - t0)
+        out["duckdb_point_query_p50_ms"] = statistics.median(times) * 1e3
+        con.close()
+
+    t0 = time.perf_counter()
+    for t in texts:
+        hashlib.blake2b(t.encode()).digest()
+        t.lower().split()
+    out["python_pass_over_locomo_ms"] = (time.perf_counter() - t0) * 1e3
+
+    if embedder == "onnx":
+        from cce_duck.embedders.onnx import OnnxEmbedder
+
+        model = OnnxEmbedder()
+        model.embed(WARM_TEXTS[:3])
+        sample = texts[: scaled(300, 50)]
+        t0 = time.perf_counter()
+        model.embed(sample)
+        out["onnx_bare_model_texts_per_s"] = len(sample) / (time.perf_counter() - t0)
+    return out
+
+
+# -- measurements --------------------------------------------------------------
+
+
+def live_ingestion(convs: list[Conversation], embedder: str, steps: Steps, limit: int,
+                   repeats: int) -> dict[str, Any]:
+    """One ``add_message`` per LoCoMo turn into a fresh folder; the final flush is timed too.
+    The median of ``repeats`` runs; the folder's size after close gives bytes per 1,000
+    messages."""
+    msgs = [(c.sample_id, m) for c in convs for m in c.messages][:limit]
+    out: dict[str, Any] = {}
+    rates: list[float] = []
+    for rep in range(repeats):
+        with fresh_folder() as folder:
+            eng = cce_duck.Engine(data_dir=folder, embedder=embedder)
+            warm(eng)
+            with steps.step(f"{embedder}: live ingestion ({rep + 1}/{repeats})",
+                            len(msgs)) as advance:
+                t0 = time.perf_counter()
+                for i, (sid, m) in enumerate(msgs, 1):
+                    eng.add_message(sid, m["role"], m["content"], m["timestamp"], m["name"])
+                    if i % 50 == 0:
+                        advance(50)
+                eng.flush()
+                rates.append(len(msgs) / (time.perf_counter() - t0))
+            turns = count(eng, "turns")
+            out["live_notes"] = count(eng, "notes")
+            eng.close()
+            out["db_bytes"] = db_bytes(folder)
+            out["db_turns"] = turns
+            out["db_mb_per_1k_msgs"] = out["db_bytes"] / 1e6 / (turns / 1000)
+    out["live_msgs_per_s"] = statistics.median(rates)
+    out["live_msgs_per_s_runs"] = rates
+    return out
+
+
+def bulk_ingestion(convs: list[Conversation], embedder: str, steps: Steps, limit: int,
+                   repeats: int) -> dict[str, Any]:
+    """``ingest()`` of each conversation into a fresh folder (median of ``repeats`` runs)."""
+    left = limit
+    parts: list[tuple[str, list[dict[str, Any]]]] = []
+    for c in convs:
+        if left > 0:
+            parts.append((c.sample_id, c.messages[:left]))
+            left -= len(parts[-1][1])
+    n = sum(len(p) for _, p in parts)
+    rates: list[float] = []
+    for rep in range(repeats):
+        with fresh_folder() as folder:
+            eng = cce_duck.Engine(data_dir=folder, embedder=embedder)
+            warm(eng)
+            with steps.step(f"{embedder}: bulk ingestion ({rep + 1}/{repeats})", n) as advance:
+                t0 = time.perf_counter()
+                for sid, part in parts:
+                    eng.ingest(sid, part)
+                    advance(len(part))
+                rates.append(n / (time.perf_counter() - t0))
+            eng.close()
+    return {"bulk_msgs_per_s": statistics.median(rates),
+            "bulk_msgs_per_s_runs": rates}
+
+
+def query_latency(convs: list[Conversation], embedder: str, steps: Steps, questions: list[str],
+                  sessions: int, per_session: int, tag: str) -> dict[str, Any]:
+    """p50/p95 of ``context()`` over ``sessions`` x ``per_session`` stored messages."""
+    out: dict[str, Any] = {}
+    with fresh_folder() as folder:
+        eng = cce_duck.Engine(data_dir=folder, embedder=embedder)
+        warm(eng)
+        ids = [f"bench-{i:03d}" for i in range(sessions)]
+        with steps.step(f"{embedder}: set up {sessions * per_session:,} messages",
+                        sessions * per_session) as advance:
+            t0 = time.perf_counter()
+            for i, sid in enumerate(ids):
+                eng.ingest(sid, stream(convs, per_session, start=i * per_session))
+                advance(per_session)
+            out[f"query_{tag}_setup_s"] = time.perf_counter() - t0
+        out[f"query_{tag}_messages"] = count(eng, "turns") - len(WARM_TEXTS)
+        out[f"query_{tag}_notes"] = count(eng, "notes")
+        for q in WARM_QUERIES:
+            eng.context(ids[0], q, max_tokens=1000)
+        cold(eng)
+        times: list[float] = []
+        tokens: list[int] = []
+        with steps.step(f"{embedder}: queries at {tag}", len(questions)) as advance:
+            for i, q in enumerate(questions):
+                sid = ids[i % len(ids)]
+                t0 = time.perf_counter()
+                payload = eng.context(sid, q, max_tokens=1000)
+                times.append((time.perf_counter() - t0) * 1e3)
+                tokens.append(payload.tokens)
+                advance(1)
+        eng.close()
+    out[f"query_{tag}_p50_ms"] = pct(times, 0.5)
+    out[f"query_{tag}_p95_ms"] = pct(times, 0.95)
+    out[f"query_{tag}_max_tokens_seen"] = max(tokens)
+    return out
+
+
+def memory_child(data: Path, embedder: str, notes_target: int, per_session: int) -> None:
+    """Child process: RSS before and after storing ``notes_target`` notes (JSON lines out)."""
+    convs = load(data)
+    with fresh_folder() as folder:
+        eng = cce_duck.Engine(data_dir=folder, embedder=embedder)
+        warm(eng)
+        gc.collect()
+        before = proc_kb("VmRSS")
+        notes = messages = i = 0
+        t0 = time.perf_counter()
+        while notes < notes_target:
+            eng.ingest(f"mem-{i:04d}", stream(convs, per_session, start=i * per_session))
+            messages += per_session
+            i += 1
+            notes = count(eng, "notes")
+            print(json.dumps({"progress": min(notes, notes_target), "total": notes_target}),
+                  flush=True)
+        setup = time.perf_counter() - t0
+        gc.collect()
+        after = proc_kb("VmRSS")
+        for j, q in enumerate(WARM_QUERIES * 4):
+            eng.context(f"mem-{j % i:04d}", q, max_tokens=1000)
+        after_queries = proc_kb("VmRSS")
+        duck = eng.sql("SELECT coalesce(sum(memory_usage_bytes), 0) AS b FROM duckdb_memory()")
+        result = {
+            "mem_notes": notes, "mem_messages": messages, "mem_setup_s": setup,
+            "rss_before_mb": before / 1024, "rss_after_mb": after / 1024,
+            "rss_after_queries_mb": after_queries / 1024,
+            "rss_mb_per_10k_notes": (max(after, after_queries) - before) / 1024 * 1e4 / notes,
+            "duckdb_buffer_mb": float(duck["b"][0]) / 2**20,
+            "db_file_mb_at_10k_notes": (folder / DB_FILE).stat().st_size / 1e6,
+        }
+        eng.close()
+        result["peak_rss_mb"] = proc_kb("VmHWM") / 1024
+    print(json.dumps({"result": result}), flush=True)
+
+
+def memory(data: Path, embedder: str, steps: Steps, notes_target: int,
+           per_session: int) -> dict[str, Any]:
+    """Run :func:`memory_child` in a new process and follow its progress."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child-memory", embedder,
+           "--data", str(data), "--notes", str(notes_target), "--per-session", str(per_session)]
+    result: dict[str, Any] = {}
+    with steps.step(f"{embedder}: notes for the memory figure (child)", notes_target) as advance, \
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
+        done = 0
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            msg = json.loads(line)
+            if "progress" in msg:
+                advance(msg["progress"] - done)
+                done = msg["progress"]
+            else:
+                result = msg["result"]
+    if proc.returncode or not result:
+        raise RuntimeError(f"memory child for {embedder} failed ({proc.returncode})")
+    return result
+
+
+# -- driver --------------------------------------------------------------------
+
+
+def check(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every target against the figures measured."""
+    out = []
+    for key, emb, op, target, unit, label in TARGETS:
+        for name, figures in results.items():
+            if emb not in ("*", name) or key not in figures:
+                continue
+            value = figures[key]
+            ok = value >= target if op == ">=" else value <= target if op == "<=" else (
+                value < target)
+            out.append({"figure": key, "embedder": name, "label": label, "value": value,
+                        "op": op, "target": target, "unit": unit, "kind": "gate", "pass": ok})
+    return out
+
+
+def ratios(fig: dict[str, Any]) -> dict[str, Any]:
+    """Figures divided by the same-process baselines (comparable across machines)."""
+    out = {
+        "live_vs_duckdb_row_insert": fig["live_msgs_per_s"] / fig["duckdb_row_insert_per_s"],
+        "bulk_vs_duckdb_arrow_insert":
+            fig["bulk_msgs_per_s"] / fig["duckdb_arrow_insert_rows_per_s"],
+        "query_1k_p50_vs_duckdb_top10": fig["query_1k_p50_ms"] / fig["duckdb_top10_of_1k_p50_ms"],
+        "query_20k_p95_vs_duckdb_top10":
+            fig["query_20k_p95_ms"] / fig["duckdb_top10_of_1k_p50_ms"],
+    }
+    if "onnx_bare_model_texts_per_s" in fig:
+        out["live_vs_bare_model"] = fig["live_msgs_per_s"] / fig["onnx_bare_model_texts_per_s"]
+    return out
+
+
+FIGURES: list[tuple[str, str, str]] = [  # key, label, format
+    ("live_msgs_per_s", "live ingestion (msg/s, gate)", "{:,.0f}"),
+    ("bulk_msgs_per_s", "bulk ingestion (msg/s)", "{:,.0f}"),
+    ("query_1k_p50_ms", "query p50 @1k (ms, gate)", "{:.1f}"),
+    ("query_1k_p95_ms", "query p95 @1k (ms)", "{:.1f}"),
+    ("query_20k_p50_ms", "query p50 @20k/20 sessions (ms)", "{:.1f}"),
+    ("query_20k_p95_ms", "query p95 @20k/20 sessions (ms, gate)", "{:.1f}"),
+    ("query_20k_setup_s", "setup of the 20k folder (s)", "{:.1f}"),
+    ("db_mb_per_1k_msgs", "database MB per 1,000 messages (gate)", "{:.2f}"),
+    ("rss_mb_per_10k_notes", "RSS added per 10,000 notes (MB, gate)", "{:.1f}"),
+    ("mem_notes", "notes stored for the RSS figure", "{:,.0f}"),
+    ("peak_rss_mb", "whole-process peak RSS (MB; gate for onnx)", "{:.0f}"),
+    ("duckdb_row_insert_per_s", "baseline: DuckDB 1-row INSERT (rows/s)", "{:,.0f}"),
+    ("duckdb_arrow_insert_rows_per_s", "baseline: DuckDB Arrow INSERT (rows/s)", "{:,.0f}"),
+    ("duckdb_top10_of_1k_p50_ms", "baseline: DuckDB top-10 of 1k vectors (ms)", "{:.2f}"),
+    ("onnx_bare_model_texts_per_s", "baseline: bare onnx model (texts/s)", "{:,.0f}"),
+    ("live_vs_duckdb_row_insert", "ratio: live / DuckDB 1-row INSERT", "{:.2f}"),
+    ("query_1k_p50_vs_duckdb_top10", "ratio: query p50 @1k / DuckDB top-10", "{:.1f}"),
+    ("live_vs_bare_model", "ratio: live / bare onnx model", "{:.2f}"),
+]
+
+
+def report(console: Console, results: dict[str, dict[str, Any]],
+           checks: list[dict[str, Any]]) -> None:
+    """The figures table, then one PASS/FAIL line per gate."""
+    table = Table(title=f"cce_duck {cce_duck.__version__} speed (CCE_BENCH_SCALE={SCALE:g})")
+    table.add_column("figure")
+    for name in results:
+        table.add_column(name, justify="right")
+    for key, label, fmt in FIGURES:
+        if any(key in f for f in results.values()):
+            table.add_row(label, *(fmt.format(f[key]) if key in f else "-"
+                                   for f in results.values()))
+    console.print(table)
+    for c in checks:
+        word = "PASS" if c["pass"] else "FAIL"
+        console.print(f"{word}  {c['label']} ({c['embedder']}): {c['value']:,.2f} {c['unit']} "
+                      f"{c['op']} {c['target']:g}", markup=False, highlight=False)
+    if SCALE != 1:
+        console.print(f"note: CCE_BENCH_SCALE={SCALE:g}: sizes are scaled, gates are indicative")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run every measurement, print and save the results."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--embedders", default=None,
+                    help="comma-separated (default: hash, and onnx when installed)")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON file")
+    ap.add_argument("--queries", type=int, default=None,
+                    help="questions timed per query figure (default 200 x scale)")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="results file (default benchmarks/results/speed-<date>.json)")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="ingestion runs per embedder, median kept (default 3 hash, 1 onnx)")
+    ap.add_argument("--skip-memory", action="store_true", help="no memory child processes")
+    ap.add_argument("--child-memory", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--notes", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--per-session", type=int, default=1000, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.child_memory:
+        memory_child(args.data, args.child_memory, args.notes, args.per_session)
+        return 0
+
+    available = cce_duck.available_embedders()
+    wanted = (args.embedders.split(",") if args.embedders else
+              [e for e in ("hash", "onnx") if e in available])
+    wanted = [e.strip() for e in wanted if e.strip()]
+    missing = [e for e in wanted if e not in available]
+    if missing:
+        ap.error(f"embedder(s) not installed: {', '.join(missing)}")
+
+    console = Console()
+    convs = load(args.data)
+    total = sum(len(c.messages) for c in convs)
+    limit = total if SCALE >= 1 else scaled(total, 100)
+    all_q = [qa["question"] for c in convs for qa in c.qa]
+    n_q = args.queries or scaled(200, 20)
+    questions = [all_q[round(i * len(all_q) / n_q) % len(all_q)] for i in range(n_q)]
+    per_session = scaled(1000, 100)
+    sessions_20k = scaled(20, 2)
+    notes_target = scaled(10_000, 500)
+    threads_probe = duckdb.connect()
+    threads = int(threads_probe.execute("SELECT current_setting('threads')").fetchone()[0])
+    threads_probe.close()
+    config = {
+        "scale": SCALE, "embedders": wanted, "data": str(args.data), "locomo_messages": limit,
+        "questions_timed": n_q, "query_1k": [1, per_session],
+        "query_20k": [sessions_20k, per_session], "notes_target": notes_target,
+        "max_tokens": 1000, "duckdb_threads": threads, "cpu_count": os.cpu_count(),
+        "engine_config": {k: str(v) for k, v in asdict(cce_duck.Config(data_dir=None)).items()},
+    }
+
+    results: dict[str, dict[str, Any]] = {}
+    started = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        steps = Steps(progress)
+        for emb in wanted:
+            fig: dict[str, Any] = {"load_avg_1m_start": os.getloadavg()[0]}
+            repeats = args.repeats or (3 if emb == "hash" else 1)
+            fig["ingestion_repeats"] = repeats
+            fig.update(baselines(convs, threads, emb))
+            fig.update(live_ingestion(convs, emb, steps, limit, repeats))
+            fig.update(bulk_ingestion(convs, emb, steps, limit, repeats))
+            fig.update(query_latency(convs, emb, steps, questions, 1, per_session, "1k"))
+            fig.update(query_latency(convs, emb, steps, questions, sessions_20k, per_session,
+                                     "20k"))
+            fig["main_process_peak_rss_mb"] = proc_kb("VmHWM") / 1024
+            if not args.skip_memory:
+                fig.update(memory(args.data, emb, steps, notes_target, per_session))
+            fig.update(ratios(fig))
+            fig["load_avg_1m_end"] = os.getloadavg()[0]
+            results[emb] = fig
+
+    checks = check(results)
+    report(console, results, checks)
+    doc = {
+        "benchmark": "speed", "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cce_duck_version": cce_duck.__version__, "duckdb_version": duckdb.__version__,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "git_commit": _git_commit(), "wall_s": time.perf_counter() - started,
+        "config": config, "figures": results, "checks": checks,
+    }
+    out = args.json or HERE / "results" / f"speed-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    console.print(f"results written to {out}")
+    return 0 if all(c["pass"] for c in checks) else 1
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

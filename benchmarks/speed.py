@@ -432,6 +432,7 @@ FIGURES: list[tuple[str, str, str]] = [  # key, label, format
     ("db_mb_per_1k_msgs", "database MB per 1,000 messages (gate)", "{:.2f}"),
     ("rss_mb_per_10k_notes", "RSS added per 10,000 notes (MB, gate)", "{:.1f}"),
     ("mem_notes", "notes stored for the RSS figure", "{:,.0f}"),
+    ("rss_before_mb", "RSS before the notes, engine warm (MB)", "{:.0f}"),
     ("peak_rss_mb", "whole-process peak RSS (MB; gate for onnx)", "{:.0f}"),
     ("duckdb_row_insert_per_s", "baseline: DuckDB 1-row INSERT (rows/s)", "{:,.0f}"),
     ("duckdb_arrow_insert_rows_per_s", "baseline: DuckDB Arrow INSERT (rows/s)", "{:,.0f}"),

@@ -13,6 +13,7 @@ import polars as pl
 from cce_duck.config import Config
 from cce_duck.context import ContextRequest, build_context
 from cce_duck.errors import NotFoundError, ValidationError
+from cce_duck.management import ManagementMixin
 from cce_duck.messages import parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
 from cce_duck.store import Store
@@ -29,7 +30,7 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-class Engine:
+class Engine(ManagementMixin):
     """An open memory store.
 
     >>> eng = Engine(data_dir=None, embedder="hash")      # in memory

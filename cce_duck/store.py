@@ -6,7 +6,7 @@ import importlib.abc
 import importlib.util
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -226,6 +226,18 @@ class Store:
             self.con.execute("ROLLBACK")
             raise
         self.con.execute("COMMIT")
+
+    def reconnect(self, between: Callable[[], None] | None = None) -> None:
+        """Close the connection, run ``between`` (for example a file swap), open it again with
+        the UDFs and macros. Cursors taken before are invalid afterwards."""
+        self.con.execute("CHECKPOINT")
+        self.con.close()
+        try:
+            if between is not None:
+                between()
+        finally:
+            self.con = self._connect()
+            self.install(self.con)
 
     def close(self) -> None:
         """Checkpoint (when writable) and close."""

@@ -130,3 +130,100 @@ ORDER BY turn_no DESC;
 -- name: full_tokens
 -- Tokens of a session's whole history (plus the per-message overhead).
 SELECT coalesce(sum(tokens), 0) + 4 * count(*) FROM main.turns WHERE session_id = $sid;
+
+-- Memory management (pins, corrections, forgetting, export/import, warm-tier cap, stats).
+
+-- name: pin_list
+-- Pins of a session, oldest first (the turn a pin was taken from, if any).
+SELECT pin_id, text, turn_no AS turn, created_at, updated_at
+FROM main.pins WHERE session_id = $sid ORDER BY pin_id;
+
+-- name: pin_row
+-- One pin of a session.
+SELECT pin_id, text, turn_no FROM main.pins WHERE session_id = $sid AND pin_id = $pin_id;
+
+-- name: insert_pin
+-- Add a pin; returns its id.
+INSERT INTO main.pins (pin_id, session_id, text, turn_no, created_at, updated_at)
+VALUES (nextval('pin_ids'), $sid, $text, $turn_no, $now, $now) RETURNING pin_id;
+
+-- name: update_pin
+-- Replace a pin's text (a pin taken from a turn no longer follows that turn).
+UPDATE main.pins SET text = $text, turn_no = NULL, updated_at = $now
+WHERE session_id = $sid AND pin_id = $pin_id;
+
+-- name: delete_pin
+-- Remove a pin.
+DELETE FROM main.pins WHERE session_id = $sid AND pin_id = $pin_id;
+
+-- name: turn_row
+-- One stored turn of a session.
+SELECT turn_no, role, speaker, content, ts, tokens, micro, note_id
+FROM main.turns WHERE session_id = $sid AND turn_no = $turn;
+
+-- name: note_row
+-- One note of a session (without its vector).
+SELECT note_id, start_turn, end_turn, label, summary, level, retrieval_count
+FROM main.notes WHERE session_id = $sid AND note_id = $nid;
+
+-- name: edit_note
+-- Replace a note's label and summary.
+UPDATE main.notes SET label = $label, summary = $summary, summary_tokens = $summary_tokens
+WHERE session_id = $sid AND note_id = $nid;
+
+-- name: update_turn_text
+-- Replace a turn's text and everything derived from it in the turns table.
+UPDATE main.turns SET content = $content, tokens = $tokens, n_terms = $n_terms,
+    content_hash = $content_hash, micro = $micro
+WHERE session_id = $sid AND turn_no = $turn;
+
+-- name: delete_turn_derived
+-- Drop the vectors and BM25 postings of some turns ($turns: comma-separated numbers).
+DELETE FROM main.message_vectors WHERE session_id = $sid
+    AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
+DELETE FROM main.sentence_vectors WHERE session_id = $sid
+    AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
+DELETE FROM main.postings WHERE session_id = $sid
+    AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
+
+-- name: sync_turn_pins
+-- Pins taken from a turn follow the turn's corrected text.
+UPDATE main.pins SET text = $text, updated_at = $now WHERE session_id = $sid AND turn_no = $turn;
+
+-- name: note_turns
+-- The turns of a note range with their text (or micro line) and message vectors.
+SELECT t.turn_no, t.role, t.speaker, coalesce(t.content, t.micro) AS content, t.ts, t.tokens,
+    m.vector
+FROM main.turns AS t JOIN main.message_vectors AS m USING (session_id, turn_no)
+WHERE t.session_id = $sid AND t.turn_no BETWEEN $first AND $last
+  AND ($nid IS NULL OR t.note_id = $nid)
+ORDER BY t.turn_no;
+
+-- name: rewrite_note
+-- Replace what some notes say from a registered batch _b_notes (after a turn's text changed).
+UPDATE main.notes SET start_turn = b.start_turn, end_turn = b.end_turn, start_ts = b.start_ts,
+    end_ts = b.end_ts, label = b.label, summary = b.summary, raw_tokens = b.raw_tokens,
+    summary_tokens = b.summary_tokens, level = b.level, retrieval_count = b.retrieval_count,
+    vector = b.vector
+FROM _b_notes AS b
+WHERE notes.session_id = b.session_id AND notes.note_id = b.note_id;
+
+-- name: forget_rows
+-- Delete what a forget plan lists ($notes, $turns: comma-separated ids; pins of those turns).
+DELETE FROM main.notes WHERE session_id = $sid
+    AND list_contains(CAST(string_split($notes, ',') AS BIGINT[]), note_id);
+DELETE FROM main.turns WHERE session_id = $sid
+    AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
+DELETE FROM main.message_vectors WHERE session_id = $sid
+    AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
+DELETE FROM main.sentence_vectors WHERE session_id = $sid
+    AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
+DELETE FROM main.postings WHERE session_id = $sid
+    AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
+DELETE FROM main.pins WHERE session_id = $sid
+    AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
+
+-- name: refresh_summary
+-- Rewrite an existing cold-tier summary (after its notes changed); no-op for open sessions.
+UPDATE main.session_summaries SET summary = $summary, tokens = $tokens
+WHERE session_id = $sid;

@@ -1,0 +1,81 @@
+"""Memory management methods of :class:`~cce_duck.Engine`: pins, corrections, forgetting,
+export/import and the warm-tier cap. Each one validates its input first; a refused call leaves
+memory exactly unchanged."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from cce_duck import corrections, forget, pins
+
+if TYPE_CHECKING:
+    from cce_duck.config import Config
+    from cce_duck.store import Store
+    from cce_duck.writer import Writer
+
+__all__ = ["ManagementMixin"]
+
+
+class ManagementMixin:
+    """Pins, corrections, forgetting, export/import (mixed into ``Engine``)."""
+
+    store: Store
+    writer: Writer
+    config: Config
+
+    def _existing(self, session_id: str) -> str:  # provided by Engine
+        raise NotImplementedError
+
+    # -- pins ---------------------------------------------------------------
+
+    def pin(self, session_id: str, text: str | None = None, *, turn: int | None = None) -> int:
+        """Keep ``text`` (or the text of stored ``turn``) first in every context of the session;
+        returns the pin id. Pins use at most a quarter of a context's budget."""
+        return pins.add_pin(self.store, self._existing(session_id), text, turn)
+
+    def pins(self, session_id: str) -> pl.DataFrame:
+        """The session's pins: ``pin_id, text, turn, created_at, updated_at``."""
+        return pins.list_pins(self.store, self._existing(session_id))
+
+    def update_pin(self, session_id: str, pin_id: int, text: str) -> None:
+        """Replace a pin's text."""
+        pins.update_pin(self.store, self._existing(session_id), pin_id, text)
+
+    def unpin(self, session_id: str, pin_id: int) -> None:
+        """Remove a pin."""
+        pins.remove_pin(self.store, self._existing(session_id), pin_id)
+
+    # -- corrections --------------------------------------------------------
+
+    def edit_note(self, session_id: str, note_id: int, *, label: str | None = None,
+                  summary: str | None = None) -> None:
+        """Replace a note's label and/or summary."""
+        corrections.edit_note(self.store, self._existing(session_id), note_id, label, summary)
+
+    def edit_turn(self, session_id: str, turn: int, text: str) -> None:
+        """Replace a stored turn's text; its vectors, BM25 terms and note are recomputed."""
+        sid = self._existing(session_id)
+        try:
+            corrections.edit_turn(self.store, self.config, sid, turn, text)
+        finally:
+            self.writer.forget_stats(sid)
+
+    # -- forgetting ---------------------------------------------------------
+
+    def forget_plan(self, session_id: str, *, note_id: int | None = None,
+                    turns: tuple[int, int] | None = None) -> pl.DataFrame:
+        """What :meth:`forget` would remove (the ``cce_forget_plan`` macro); removes nothing."""
+        return forget.plan(self.store, self._existing(session_id), note_id, turns)
+
+    def forget(self, session_id: str, *, note_id: int | None = None,
+               turns: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Delete a note (with the turns it covers) or a turn range (with every note overlapping
+        it), their vectors, BM25 terms and pins; then rewrite the file so the text is gone from
+        it. Returns counts per kind. Turn numbers never go back."""
+        sid = self._existing(session_id)
+        try:
+            return forget.forget(self.store, sid, note_id, turns)
+        finally:
+            self.writer.forget_stats(sid)

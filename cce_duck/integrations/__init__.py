@@ -1,0 +1,12 @@
+"""Adapters to agent frameworks: ``cce_duck.integrations.langchain`` and
+``cce_duck.integrations.llamaindex`` (install the ``integrations`` extra).
+
+Both keep their messages in a :class:`cce_duck.Engine` and hand the framework the token-capped
+context (memory block + recent turns) instead of the whole history.
+"""
+
+from __future__ import annotations
+
+from cce_duck.integrations.shared import clear_session, engine_for, latest_user_text, session_messages
+
+__all__ = ["clear_session", "engine_for", "latest_user_text", "session_messages"]

@@ -1,0 +1,289 @@
+// The context builder, ported from cce_duck/context.py: pins, recent and pending turns, then
+// retrieved notes with verbatim quotes, under a hard token cap.
+import { estimateTokens } from "./text.js";
+
+export const MESSAGE_OVERHEAD = 4;
+export const MEMORY_HEADER = "Memory of earlier conversation (verbatim quotes, oldest first):";
+const PIN_HEADER = "Pinned:";
+const RECENT_SHARE = 0.3;
+const QUOTE_MAX_TOKENS = 120;
+const QUOTES_PER_NOTE = 6;
+const OVERVIEW = new RegExp(
+  "\\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
+  + "|what (topics|subjects)|summari[sz]e (our|the|this) (conversation|chat|discussion)"
+  + "|recap|overview of (our|the|this))\\b", "i");
+
+export function isOverviewQuestion(query) {
+  return OVERVIEW.test(query);
+}
+
+const day = (ms) => new Date(ms).toISOString().slice(0, 16).replace("T", " ");
+
+function clip(text, limit) {
+  if (estimateTokens(text) <= limit) return text;
+  let words = text.split(/\s+/u).filter(Boolean);
+  while (words.length && estimateTokens(words.join(" ") + " …") > limit) {
+    words = words.slice(0, Math.max(0, words.length - Math.max(1, Math.floor(words.length / 8))));
+  }
+  return words.join(" ") + " …";
+}
+
+class Budget {
+  constructor(total) {
+    this.total = total;
+    this.used = 0;
+    this.split = { pins: 0, recent: 0, pending: 0, notes: 0, overhead: 0 };
+  }
+
+  take(part, cost, limit = null) {
+    const cap = limit === null ? this.total : Math.min(this.total, limit);
+    if (this.used + cost > cap) return false;
+    this.used += cost;
+    this.split[part] += cost;
+    return true;
+  }
+}
+
+const line = (t) => `${t.speaker || t.role}: ${t.content}`;
+
+function noteHeader(n) {
+  const span = n.start_turn === n.end_turn ? `turn ${n.start_turn}` : `turns ${n.start_turn}-${n.end_turn}`;
+  return `[${day(n.start_ts)} · ${span} · ${n.label}]`;
+}
+
+function header(note) {
+  return { note_id: note.noteId, label: note.label, summary: note.summary, start_turn: note.startTurn,
+    end_turn: note.endTurn, start_ts: note.startTs, end_ts: note.endTs };
+}
+
+/** A built context: memory block (pins, notes, quotes) then the verbatim recent turns. */
+export class ContextPayload {
+  constructor(fields) { Object.assign(this, fields); }
+
+  /** OpenAI-style messages: one system message with the memory, then the turns. */
+  toMessages() {
+    const out = this.memory ? [{ role: "system", content: this.memory }] : [];
+    for (const t of this.turns) out.push(t.speaker ? { role: t.role, content: t.content, name: t.speaker } : { role: t.role, content: t.content });
+    return out;
+  }
+
+  /** The whole context as one text. */
+  toString() {
+    const parts = this.memory ? [this.memory] : [];
+    if (this.turns.length) {
+      parts.push(`Recent conversation (${day(this.turns[0].ts).slice(0, 10)}):\n${this.turns.map(line).join("\n")}`);
+    }
+    return parts.join("\n");
+  }
+
+  get tokens() {
+    const asMessages = this.toMessages().reduce((a, m) => a + estimateTokens(m.content) + MESSAGE_OVERHEAD, 0);
+    return Math.max(asMessages, estimateTokens(this.toString()));
+  }
+
+  get tokensSaved() {
+    return Math.max(0, this.fullTokens - this.tokens);
+  }
+
+  toJSON() {
+    return { session_id: this.sessionId, query: this.query, max_tokens: this.maxTokens, memory: this.memory,
+      turns: this.turns.map((t) => ({ ...t, ts: new Date(t.ts).toISOString() })),
+      notes: this.notes.map((n) => ({ ...n, start_ts: new Date(n.start_ts).toISOString(), end_ts: new Date(n.end_ts).toISOString() })),
+      pins: this.pins, full_tokens: this.fullTokens, tokens: this.tokens, tokens_saved: this.tokensSaved,
+      messages: this.toMessages(), explain: this.explain ?? null };
+  }
+}
+
+export function buildContext(engine, s, req, explain) {
+  const cfg = engine.config;
+  const budget = new Budget(req.maxTokens);
+  const first = req.lastTurns ? s.nextTurn - req.lastTurns : null;
+  const memoryOverhead = MESSAGE_OVERHEAD + estimateTokens(MEMORY_HEADER) + 1;
+
+  // 1. pins (at most a quarter of the budget)
+  const pins = [];
+  if (s.pins.length && budget.take("overhead", memoryOverhead + estimateTokens(PIN_HEADER) + 1)) {
+    for (const p of s.pins) {
+      const ln = `- ${p.text}`;
+      if (budget.take("pins", estimateTokens(ln) + 1, Math.floor(req.maxTokens / 4) + budget.split.overhead)) pins.push(ln);
+    }
+  }
+
+  // 2. recent and pending turns, newest first, within their share
+  const verbatim = [];
+  const rows = s.turns.filter((t) => t.noteId === null && t.content !== null
+    && (req.since === null || t.ts >= req.since) && (req.until === null || t.ts <= req.until)
+    && (first === null || t.turnNo >= first)).reverse();
+  const share = budget.used + Math.trunc(req.maxTokens * RECENT_SHARE);
+  let headerPaid = false;
+  for (const t of rows) {
+    const state = t.turnNo >= s.nextTurn - cfg.hotTurns ? "hot" : "pending";
+    const vt = { turn_no: t.turnNo, role: t.role, speaker: t.speaker, content: t.content, ts: t.ts, state };
+    const cost = Math.max(t.tokens + MESSAGE_OVERHEAD, estimateTokens(line(vt)) + 1);
+    const extra = headerPaid ? 0 : 8;
+    const part = state === "hot" ? "recent" : "pending";
+    if (!budget.take(part, cost + extra, share)) break;
+    budget.split.overhead += extra;
+    budget.split[part] -= extra;
+    headerPaid = true;
+    verbatim.push(vt);
+  }
+  verbatim.reverse();
+  const firstVerbatim = verbatim.length ? verbatim[0].turn_no : null;
+
+  // 3. notes: retrieved quotes grouped by topic, or the overview
+  const overview = isOverviewQuestion(req.query);
+  let memoryPaid = pins.length > 0;
+  let chosen = [];
+  let dropped = [];
+  let hits = [];
+  if (overview) {
+    ({ chosen, dropped, memoryPaid } = overviewNotes(s, budget, memoryPaid, memoryOverhead));
+  } else if (req.query.trim()) {
+    hits = engine.retrieve(s.id, req.query, { k: req.topK * 8, since: req.since, until: req.until,
+      lastTurns: req.lastTurns, beforeTurn: firstVerbatim });
+    ({ chosen, dropped, memoryPaid } = quotes(s, req, hits, budget, memoryPaid, memoryOverhead));
+  }
+
+  const payload = new ContextPayload({
+    sessionId: s.id, query: req.query, maxTokens: req.maxTokens, memory: renderMemory(pins, chosen, overview),
+    turns: verbatim, notes: chosen, pins: pins.map((p) => p.slice(2)),
+    fullTokens: s.turns.reduce((a, t) => a + t.tokens, 0) + 4 * s.turns.length, explain: null,
+  });
+  while (payload.tokens > req.maxTokens) {  // safety net: never trust the estimate blindly
+    if (payload.notes.length) {
+      let last = payload.notes[0];
+      let lastRank = -Infinity;
+      for (const n of payload.notes) {
+        const r = n.quotes.length ? Math.max(...n.quotes.map((q) => q.rank)) : 0;
+        if (r > lastRank) { last = n; lastRank = r; }
+      }
+      if (last.quotes.length) last.quotes.pop();
+      if (!last.quotes.length) payload.notes.splice(payload.notes.indexOf(last), 1);
+    } else if (payload.pins.length) {
+      payload.pins.pop();
+      pins.pop();
+    } else if (payload.turns.length) {
+      payload.turns.shift();
+    } else {
+      break;
+    }
+    payload.memory = renderMemory(pins, payload.notes, overview);
+  }
+  if (explain) {
+    payload.explain = {
+      budget: { max_tokens: req.maxTokens, used: payload.tokens, ...budget.split },
+      overview,
+      hits: hits.map(({ ts, ...h }) => h),
+      chosen: payload.notes.map((n) => ({ note_id: n.note_id, quotes: n.quotes.map((q) => ({
+        turn_no: q.turn_no, dense: q.dense, bm25: q.bm25, recency: q.recency, fused: q.fused, rank: q.rank })) })),
+      dropped,
+    };
+  }
+  for (const n of payload.notes) {
+    const note = s.notes.find((x) => x.noteId === n.note_id);
+    if (note) note.retrievalCount += 1;
+  }
+  return payload;
+}
+
+function quoteText(turn, bestSentence) {
+  const content = turn.content;
+  if (bestSentence !== null && turn.sents.length && turn.tokens > QUOTE_MAX_TOKENS / 2) {
+    const s = turn.sents[bestSentence];
+    if (s) {
+      let text = content.slice(s.start, s.end);
+      const nxt = turn.sents[bestSentence + 1];
+      if (nxt && estimateTokens(text) < 16) text = content.slice(s.start, nxt.end);
+      return clip(text, QUOTE_MAX_TOKENS);
+    }
+  }
+  return clip(content, QUOTE_MAX_TOKENS);
+}
+
+function quotes(s, req, hits, budget, memoryPaid, memoryOverhead) {
+  if (!hits.length) return { chosen: [], dropped: [], memoryPaid };
+  const groups = new Map();
+  const dropped = [];
+  for (const h of hits) {
+    const turn = s.byNo.get(h.turn_no);
+    if (!turn) continue;
+    const key = h.note_id !== null ? h.note_id : `turn-${h.turn_no}`;
+    const who = h.speaker || h.role;
+    const ln = `${who}: ${quoteText(turn, h.best_sentence)}`;
+    let cost = estimateTokens(ln) + 1;
+    let group = groups.get(key);
+    if (!group) {
+      if (groups.size >= req.topK) {
+        dropped.push({ turn_no: h.turn_no, note_id: h.note_id, reason: "top_k", fused: h.fused });
+        continue;
+      }
+      const hdr = h.note_id !== null ? header(s.notes.find((n) => n.noteId === h.note_id))
+        : { note_id: null, label: "not yet summarised", start_turn: h.turn_no, end_turn: h.turn_no, start_ts: h.ts, end_ts: h.ts };
+      group = { ...hdr, quotes: [] };
+      cost += estimateTokens(noteHeader(group)) + 1;
+    } else if (group.quotes.length >= QUOTES_PER_NOTE) {
+      dropped.push({ turn_no: h.turn_no, note_id: h.note_id, reason: "quotes_per_note", fused: h.fused });
+      continue;
+    }
+    const extra = memoryPaid ? 0 : memoryOverhead;
+    if (!budget.take("notes", cost + extra)) {
+      dropped.push({ turn_no: h.turn_no, note_id: h.note_id, reason: "budget", fused: h.fused });
+      continue;
+    }
+    if (extra) {
+      budget.split.notes -= extra;
+      budget.split.overhead += extra;
+      memoryPaid = true;
+    }
+    groups.set(key, group);
+    group.quotes.push({ turn_no: h.turn_no, dense: h.dense, bm25: h.bm25, recency: h.recency, fused: h.fused,
+      rank: h.rank, speaker: who, text: ln.slice(who.length + 2), line: ln });
+  }
+  const chosen = [...groups.values()].sort((a, b) => a.start_turn - b.start_turn);
+  for (const g of chosen) g.quotes.sort((a, b) => a.turn_no - b.turn_no);
+  return { chosen, dropped, memoryPaid };
+}
+
+function overviewNotes(s, budget, memoryPaid, memoryOverhead) {
+  const notes = s.notes.map(header);
+  if (!notes.length) return { chosen: [], dropped: [], memoryPaid };
+  const lines = notes.map((n) => `${noteHeader(n)} ${n.summary ? n.summary.split("\n")[0] : ""}`);
+  const costs = lines.map((l) => estimateTokens(l) + 1);
+  let extra = memoryPaid ? 0 : memoryOverhead;
+  const room = budget.total - budget.used - extra;
+  let keep = notes.map((_, i) => i);
+  const sum = costs.reduce((a, b) => a + b, 0);
+  if (sum > room) {
+    keep = [];
+    const step = Math.max(1, sum / Math.max(room, 1));
+    for (let i = 0; Math.trunc(i) < notes.length; i += step) keep.push(Math.trunc(i));
+  }
+  const chosen = [];
+  const dropped = [];
+  notes.forEach((n, i) => {
+    if (keep.includes(i) && budget.take("notes", costs[i] + extra)) {
+      if (extra) {
+        budget.split.notes -= extra;
+        budget.split.overhead += extra;
+        extra = 0;
+        memoryPaid = true;
+      }
+      chosen.push({ ...n, quotes: [], overview_line: lines[i] });
+    } else {
+      dropped.push({ note_id: n.note_id, reason: "budget" });
+    }
+  });
+  return { chosen, dropped, memoryPaid };
+}
+
+function renderMemory(pins, notes, overview) {
+  if (!pins.length && !notes.length) return "";
+  const out = [MEMORY_HEADER];
+  if (pins.length) out.push(PIN_HEADER, ...pins);
+  for (const n of notes) {
+    if (overview) { out.push(n.overview_line); continue; }
+    out.push(noteHeader(n), ...n.quotes.map((q) => q.line));
+  }
+  return out.join("\n");
+}

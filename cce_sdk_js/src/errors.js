@@ -1,0 +1,7 @@
+// Error types, named like cce_duck.errors.
+export class CCEError extends Error {
+  constructor(message) { super(message); this.name = this.constructor.name; }
+}
+export class ValidationError extends CCEError {}
+export class NotFoundError extends CCEError {}
+export class ConflictError extends CCEError {}

@@ -125,3 +125,18 @@ def test_from_defaults_with_data_dir_and_history(tmp_path: Path) -> None:
     assert [m.content for m in mem.get()] == ["My cat is called Pixel.", "Hello Pixel!"]
     assert CCEChatMemory.from_defaults(session_id="new", engine=mem.engine).get() == []
     mem.engine.close()
+
+
+def test_set_replaces_and_reset_forgets(memory: CCEChatMemory) -> None:
+    history = [ChatMessage(role="user", content="Fresh start: the budget is 4,500 euros."),
+               ChatMessage(role="assistant", content="Noted, 4,500 euros.")]
+    memory.set(history)
+    assert [m.content for m in memory.get_all()] == [m.content for m in history]
+    memory.set(history)  # the same history again: nothing changes
+    assert len(memory.get_all()) == 2
+    assert memory.engine.notes("li").is_empty()
+    memory.reset()
+    assert memory.get_all() == []
+    assert memory.get() == []
+    asyncio.run(memory.aput(ChatMessage(role="user", content="After the reset.")))
+    assert [m.content for m in asyncio.run(memory.aget_all())] == ["After the reset."]

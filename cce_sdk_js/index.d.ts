@@ -1,0 +1,201 @@
+// Type definitions of cce-sdk.
+
+export type Role = "system" | "user" | "assistant" | "tool";
+
+export interface MessageInput {
+  role: Role;
+  content: string;
+  /** ISO-8601 (no zone means UTC), a Date, or epoch seconds. Default: now. */
+  timestamp?: string | Date | number;
+  name?: string;
+}
+
+export interface EngineOptions {
+  hotTurns?: number;
+  liveBatchTurns?: number;
+  maxTokens?: number;
+  topK?: number;
+  topicThreshold?: number | null;
+  minTopicTurns?: number;
+  maxTopicTurns?: number;
+  topicGapMinutes?: number;
+  recencyWeight?: number;
+  sentenceMinTokens?: number;
+  rrfK?: number;
+  flushEvery?: number;
+  dim?: number;
+}
+
+export const DEFAULTS: Readonly<Required<EngineOptions>>;
+
+export interface VerbatimTurn {
+  turn_no: number;
+  role: Role;
+  speaker: string | null;
+  content: string;
+  /** Epoch milliseconds. */
+  ts: number;
+  state: "hot" | "pending";
+}
+
+export interface Quote {
+  turn_no: number;
+  dense: number;
+  bm25: number;
+  recency: number;
+  fused: number;
+  rank: number;
+  speaker: string;
+  text: string;
+  line: string;
+}
+
+export interface ChosenNote {
+  note_id: number | null;
+  label: string;
+  summary?: string;
+  start_turn: number;
+  end_turn: number;
+  start_ts: number;
+  end_ts: number;
+  quotes: Quote[];
+  overview_line?: string;
+}
+
+export interface Hit {
+  turn_no: number;
+  note_id: number | null;
+  role: Role;
+  speaker: string | null;
+  ts: number;
+  dense: number;
+  best_sentence: number | null;
+  bm25: number;
+  recency: number;
+  fused: number;
+  rank: number;
+}
+
+export interface Explain {
+  budget: { max_tokens: number; used: number; pins: number; recent: number; pending: number; notes: number; overhead: number };
+  overview: boolean;
+  hits: Omit<Hit, "ts">[];
+  chosen: { note_id: number | null; quotes: Pick<Quote, "turn_no" | "dense" | "bm25" | "recency" | "fused" | "rank">[] }[];
+  dropped: { turn_no?: number; note_id: number | null; reason: string; fused?: number }[];
+}
+
+export interface ChatMessage {
+  role: Role;
+  content: string;
+  name?: string;
+}
+
+export class ContextPayload {
+  sessionId: string;
+  query: string;
+  maxTokens: number;
+  memory: string;
+  turns: VerbatimTurn[];
+  notes: ChosenNote[];
+  pins: string[];
+  fullTokens: number;
+  explain: Explain | null;
+  readonly tokens: number;
+  readonly tokensSaved: number;
+  toMessages(): ChatMessage[];
+  toString(): string;
+  toJSON(): Record<string, unknown>;
+}
+
+export interface ContextOptions {
+  maxTokens?: number;
+  topK?: number;
+  since?: string | Date | number | null;
+  until?: string | Date | number | null;
+  lastTurns?: number | null;
+  explain?: boolean;
+}
+
+export interface TurnRow {
+  turn_no: number;
+  role: Role;
+  speaker: string | null;
+  content: string;
+  ts: string;
+  tokens: number;
+  micro: string;
+  note_id: number | null;
+  state: "hot" | "pending" | "compressed";
+}
+
+export interface NoteRow {
+  note_id: number;
+  start_turn: number;
+  end_turn: number;
+  start_ts: string;
+  end_ts: string;
+  label: string;
+  summary: string;
+  raw_tokens: number;
+  summary_tokens: number;
+  retrieval_count: number;
+}
+
+export interface StatsRow {
+  session_id: string;
+  status: "open" | "closed";
+  turns: number;
+  notes: number;
+  hot_turns: number;
+  pending_turns: number;
+  compressed_turns: number;
+  raw_tokens: number;
+  note_tokens: number;
+  full_tokens: number;
+}
+
+export class LiteEngine {
+  readonly config: Required<EngineOptions>;
+  addMessage(sessionId: string, role: Role, content: string, options?: { timestamp?: string | Date | number; name?: string }): number;
+  addMessages(sessionId: string, messages: MessageInput[]): number[];
+  ingest(sessionId: string, messages: MessageInput[], options?: { compress?: boolean }): number[];
+  flush(): void;
+  closeSession(sessionId: string): string;
+  pin(sessionId: string, text: string): number;
+  unpin(sessionId: string, pinId: number): void;
+  pins(sessionId: string): { pinId: number; text: string }[];
+  retrieve(sessionId: string, query: string, options?: { k?: number; since?: string | null; until?: string | null;
+    lastTurns?: number | null; beforeTurn?: number | null; recencyWeight?: number; rrfK?: number }): Hit[];
+  search(sessionId: string, query: string, k?: number): (Hit & { content: string })[];
+  context(sessionId: string, query: string, options?: ContextOptions): ContextPayload;
+  turns(sessionId: string): TurnRow[];
+  notes(sessionId: string): NoteRow[];
+  overview(sessionId: string): NoteRow[];
+  stats(sessionId?: string | null): StatsRow[];
+  sessions(): Pick<StatsRow, "session_id" | "status" | "turns" | "notes">[];
+}
+
+/** A new in-memory lite engine. */
+export function createEngine(options?: EngineOptions): LiteEngine;
+
+export function isOverviewQuestion(query: string): boolean;
+export function parseTranscript(text: string): { role: Role; content: string }[];
+export function estimateTokens(text: string): number;
+export function terms(text: string): string[];
+export function queryTerms(query: string): [string, number][];
+export function splitSentences(text: string): { start: number; end: number; text: string }[];
+export function crc32(bytes: Uint8Array, start?: number, end?: number): number;
+
+export class HashEmbedder {
+  constructor(dim?: number);
+  readonly name: "hash";
+  readonly dim: number;
+  readonly topicThreshold: number;
+  embed(text: string): Float32Array;
+  embedSpans(text: string, spans: [number, number][]): { whole: Float32Array; parts: Float32Array[] };
+}
+
+export class CCEError extends Error {}
+export class ValidationError extends CCEError {}
+export class NotFoundError extends CCEError {}
+export class ConflictError extends CCEError {}

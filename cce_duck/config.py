@@ -24,6 +24,7 @@ _ENV: dict[str, str] = {
     "topic_gap_minutes": "CCE_TOPIC_GAP_MINUTES",
     "keep_raw_turns": "CCE_KEEP_RAW_TURNS",
     "flush_every": "CCE_FLUSH_EVERY",
+    "encryption_key": "CCE_ENCRYPTION_KEY",
     "recency_weight": "CCE_RECENCY_WEIGHT",
 }
 
@@ -49,6 +50,9 @@ class Config:
         rrf_k: Constant of reciprocal-rank fusion.
         flush_every: Journaled messages are moved into the tables in batches of this size (and
             before every read), so one commit serves many messages.
+        encryption_key: Passphrase of an encrypted data folder (``None``: plain). A new folder
+            opened with one is encrypted; an existing plain folder refuses one (convert it with
+            :func:`cce_duck.encryption.encrypt_folder`). Never shown in ``repr``.
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -66,6 +70,7 @@ class Config:
     sentence_min_tokens: int = 24
     rrf_k: int = 60
     flush_every: int = 64
+    encryption_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
@@ -82,6 +87,9 @@ class Config:
             raise ValidationError("config topic_threshold must be within [-1, 1]")
         if self.topic_gap_minutes <= 0:
             raise ValidationError("config topic_gap_minutes must be > 0")
+        if self.encryption_key is not None and (
+                not isinstance(self.encryption_key, str) or not self.encryption_key):
+            raise ValidationError("config encryption_key must be a non-empty string or None")
         if self.data_dir is not None and not isinstance(self.data_dir, Path):
             object.__setattr__(self, "data_dir", Path(self.data_dir))
 

@@ -49,7 +49,8 @@ class Engine(ManagementMixin):
         elif overrides:
             config = config.with_(**overrides)
         self.config = config
-        self.store = Store(config.data_dir, config.embedder, read_only=read_only)
+        self.store = Store(config.data_dir, config.embedder, read_only=read_only,
+                           encryption_key=config.encryption_key)
         try:
             self.writer = Writer(self.store, config)
         except BaseException:

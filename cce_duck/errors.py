@@ -10,6 +10,7 @@ __all__ = [
     "CCEError",
     "ConflictError",
     "EmbedderMismatchError",
+    "EncryptionError",
     "FolderInUseError",
     "NotFoundError",
     "SchemaError",
@@ -46,3 +47,7 @@ class SchemaError(CCEError):
 
 class FolderInUseError(CCEError):
     """Another process holds the data folder open for writing."""
+
+
+class EncryptionError(CCEError):
+    """A wrong or missing passphrase, a key given for a plain folder, or an unreadable marker."""

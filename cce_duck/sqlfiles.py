@@ -19,6 +19,7 @@ __all__ = [
     "migration_files",
     "query",
     "schema_sql",
+    "statement",
 ]
 
 #: The macro version each unversioned alias points to. A bump is a one-line change here.
@@ -108,3 +109,23 @@ def query(name: str) -> str:
         return _queries()[name]
     except KeyError:
         raise KeyError(f"no query named {name!r} in queries.sql") from None
+
+
+@cache
+def _statements() -> dict[str, str]:
+    return {m.group(1): m.group(3).strip() for m in _NAMED.finditer(_read("connection.sql"))}
+
+
+def statement(name: str, *, literals: dict[str, str] | None = None,
+              identifiers: dict[str, str] | None = None) -> str:
+    """A named block of ``sql/connection.sql`` with its ``{placeholders}`` filled.
+
+    Values in ``literals`` become quoted SQL strings, values in ``identifiers`` quoted names.
+    """
+    try:
+        sql = _statements()[name]
+    except KeyError:
+        raise KeyError(f"no statement named {name!r} in connection.sql") from None
+    values = {k: "'" + v.replace("'", "''") + "'" for k, v in (literals or {}).items()}
+    values.update({k: '"' + v.replace('"', '""') + '"' for k, v in (identifiers or {}).items()})
+    return sql.format(**values)

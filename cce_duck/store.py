@@ -16,10 +16,21 @@ import duckdb
 import polars as pl
 
 from cce_duck import migrations
+from cce_duck.cipher import (
+    PLAIN_JOURNAL,
+    FolderKey,
+    JournalCodec,
+    check_passphrase,
+    connect_encrypted,
+    folder_key,
+    is_encrypted,
+    write_marker,
+)
 from cce_duck.embedders import CachedEmbedder, get_embedder
 from cce_duck.errors import (
     CCEError,
     EmbedderMismatchError,
+    EncryptionError,
     FolderInUseError,
     SchemaError,
 )
@@ -44,7 +55,11 @@ if importlib.util.find_spec("pandas") is None:
 
 DB_FILE = "memory.duckdb"
 _LOCK = re.compile(r"Could not set lock on file", re.I)
-_SAME_FILE = re.compile(r"same database file with a different configuration", re.I)
+_SAME_FILE = re.compile(r"same database file with a different configuration|Unique file handle "
+                        r"conflict", re.I)
+_NEEDS_KEY = re.compile(r"Cannot open encrypted database", re.I)
+_WRONG_KEY = re.compile(r"Wrong encryption key", re.I)
+_NOT_ENCRYPTED = re.compile(r"key is explicitly specified, but database .* is not encrypted", re.I)
 
 #: Files open in this process. DuckDB shares one database instance between connections to the
 #: same file in a process, and with it the Python UDFs: a second store on the file could not
@@ -65,9 +80,15 @@ class Store:
         embedder: str = "auto",
         *,
         read_only: bool = False,
+        encryption_key: str | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.read_only = read_only
+        #: The folder's keys when it is encrypted (``None``: a plain folder or in memory).
+        self.folder_key: FolderKey | None = None
+        #: How journal lines are written and read (sealed in an encrypted folder).
+        self.journal_codec: JournalCodec = PLAIN_JOURNAL
+        self._passphrase = None if encryption_key is None else check_passphrase(encryption_key)
         self.path = ":memory:" if data_dir is None else str(data_dir / DB_FILE)
         self._key = None if data_dir is None else str(Path(self.path).resolve())
         if self._key in _OPEN_FILES:
@@ -94,16 +115,20 @@ class Store:
                 raise CCEError(f"no cce_duck store in {self.data_dir} (nothing to open read-only)")
             if not self.read_only:
                 self.data_dir.mkdir(parents=True, exist_ok=True)
+            from cce_duck.encryption import recover
+
+            recover(self.data_dir)  # finish or undo a conversion a crash interrupted
+            self.folder_key = self._folder_key(self.data_dir)
         try:
+            if self.folder_key is not None:
+                con = connect_encrypted(Path(self.path), self.folder_key, read_only=self.read_only)
+                self.journal_codec = self.folder_key.journal
+                return con
             return duckdb.connect(self.path, read_only=self.read_only)
         except duckdb.IOException as exc:
             if _LOCK.search(str(exc)):
-                raise FolderInUseError(
-                    f"the data folder {self.data_dir} is in use by another process "
-                    f"({_pid(str(exc))}); talk to that process (for example the REST server "
-                    "with 'cce sql --server URL'), stop it, or open the folder read-only once "
-                    "it is free"
-                ) from None
+                raise FolderInUseError(_in_use_message(self.data_dir, self.read_only, str(exc))
+                                       ) from None
             raise SchemaError(f"cannot open {self.path}: {exc}") from None
         except duckdb.Error as exc:
             if _SAME_FILE.search(str(exc)):
@@ -111,7 +136,37 @@ class Store:
                     f"the data folder {self.data_dir} is already open in this process by "
                     "another DuckDB connection; close it first"
                 ) from None
+            if _NEEDS_KEY.search(str(exc)):
+                raise EncryptionError(
+                    f"the data folder {self.data_dir} is encrypted: give its passphrase "
+                    "(environment variable CCE_ENCRYPTION_KEY or Config.encryption_key)") from None
+            if _WRONG_KEY.search(str(exc)):
+                raise EncryptionError(
+                    f"wrong encryption passphrase for the data folder {self.data_dir}") from None
+            if _NOT_ENCRYPTED.search(str(exc)):
+                raise EncryptionError(
+                    f"the data folder {self.data_dir} has an encryption marker but its database "
+                    f"file is not encrypted; remove {self.data_dir}/encryption.json to open it "
+                    "as a plain folder") from None
             raise SchemaError(f"{self.path} is not a readable DuckDB file: {exc}") from None
+
+    def _folder_key(self, data_dir: Path) -> FolderKey | None:
+        """The folder's keys, checking the passphrase against what the folder says it is."""
+        marked = is_encrypted(data_dir)
+        if self._passphrase is None:
+            if marked:
+                raise EncryptionError(
+                    f"the data folder {data_dir} is encrypted: give its passphrase (environment "
+                    "variable CCE_ENCRYPTION_KEY or Config.encryption_key)")
+            return None
+        if marked:
+            return folder_key(data_dir, self._passphrase)
+        if Path(self.path).exists():
+            raise EncryptionError(
+                f"the data folder {data_dir} is not encrypted, and a passphrase never encrypts "
+                "an existing plain folder: open it without one, or convert it first with "
+                f"cce_duck.encryption.encrypt_folder({str(data_dir)!r}, passphrase)")
+        return write_marker(data_dir, self._passphrase)  # a new folder: encrypted from the start
 
     def _prepare(self, requested: str) -> CachedEmbedder:
         meta = self._meta()
@@ -130,10 +185,14 @@ class Store:
                 "dim": str(emb.dim),
                 "created_at": _now().isoformat(),
                 "created_by": f"cce_duck {__version__}",
-                "encrypted": "false",
+                "encrypted": "true" if self.folder_key is not None else "false",
             }
             self.con.executemany("INSERT INTO main.cce_meta VALUES (?, ?)", list(rows.items()))
             return emb
+        if (meta.get("encrypted") == "true") != (self.folder_key is not None):
+            raise EncryptionError(
+                f"the data folder {self.data_dir} records encrypted={meta.get('encrypted')!r} "
+                "but was opened the other way; its files were mixed by hand")
         version = int(meta.get("schema_version", "0"))
         if version > migrations.SCHEMA_VERSION:
             raise SchemaError(
@@ -247,6 +306,17 @@ class Store:
         finally:
             self.con.close()
             _OPEN_FILES.discard(self._key or "")
+
+
+def _in_use_message(data_dir: Path | None, read_only: bool, error: str) -> str:
+    holder = _pid(error)
+    if read_only:
+        return (f"the data folder {data_dir} is being written by another process ({holder}); "
+                "DuckDB lets no other process read a file while one writes it: ask that process "
+                "(for example its REST or MCP server) or wait until it closes the folder")
+    return (f"the data folder {data_dir} is in use by another process ({holder}); only one "
+            "process may write a data folder: use that process (for example its REST or MCP "
+            "server), stop it, or open the folder with read_only=True once no process writes it")
 
 
 def _pid(message: str) -> str:

@@ -9,7 +9,6 @@ on open skips what the tables already hold, so nothing is lost or stored twice.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -112,8 +111,8 @@ class Writer:
         numbered = [(session_id, start + i, m) for i, m in enumerate(messages)]
         if self._journal is not None:
             lines = "".join(
-                json.dumps({"s": s, "n": n, "r": m.role, "p": m.speaker, "c": m.content,
-                            "t": m.ts.isoformat()}, ensure_ascii=False) + "\n"
+                self.store.journal_codec.encode({"s": s, "n": n, "r": m.role, "p": m.speaker,
+                                                 "c": m.content, "t": m.ts.isoformat()}) + "\n"
                 for s, n, m in numbered
             )
             with self._journal.open("a", encoding="utf-8") as fh:
@@ -132,7 +131,7 @@ class Writer:
         # split on "\n" only: splitlines() would also cut at U+2028, U+0085 ... inside a message
         for line in self._journal.read_text(encoding="utf-8", errors="replace").split("\n"):
             try:
-                rec = json.loads(line)
+                rec = self.store.journal_codec.decode(line)
                 sid, n = rec["s"], int(rec["n"])
                 msg = Message(rec["r"], rec["c"], datetime.fromisoformat(rec["t"]), rec.get("p"))
             except (ValueError, KeyError, TypeError):

@@ -1,0 +1,259 @@
+"""Encrypting and decrypting a whole data folder, safe against a crash half-way.
+
+A conversion builds the converted folder in ``<data_dir>/.cce_convert/`` while it holds DuckDB's
+lock on the original and an exclusive ``flock`` on ``.cce_convert/lock``: a copy of the database
+(``COPY FROM DATABASE``), the journal re-coded record by record, and the marker. Only when all of
+it is written and synced does it write ``.cce_convert/COMPLETE`` (the commit point, listing the
+files to move in and the ones to remove), then it moves the files into place.
+
+Every open of a folder first calls :func:`recover`: a conversion left without ``COMPLETE`` is
+thrown away (the original files were never touched), one with ``COMPLETE`` is finished (each step
+can run again). So a process killed at any moment leaves either the original folder or the
+converted one, never a mix.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from cce_duck.cipher import (
+    MARKER_FILE,
+    PLAIN_JOURNAL,
+    JournalCodec,
+    check_passphrase,
+    folder_key,
+    is_encrypted,
+    load_httpfs,
+    write_marker,
+)
+from cce_duck.errors import CCEError, EncryptionError, FolderInUseError, SchemaError
+from cce_duck.sqlfiles import statement
+from cce_duck.store import DB_FILE
+
+__all__ = ["STAGING_DIR", "decrypt_folder", "encrypt_folder", "recover"]
+
+STAGING_DIR = ".cce_convert"
+_COMPLETE = "COMPLETE"
+_LOCK_FILE = "lock"
+_JOURNAL = "journal.jsonl"  # cce_duck.writer.JOURNAL_FILE (not imported: writer imports store)
+#: Files of a folder that a conversion replaces or removes.
+_FOLDER_FILES = (MARKER_FILE, _JOURNAL, DB_FILE, DB_FILE + ".wal")
+
+
+def encrypt_folder(data_dir: str | Path, passphrase: str) -> None:
+    """Encrypt a plain data folder in place with ``passphrase`` (a new random salt).
+
+    Raises:
+        EncryptionError: the folder is encrypted already.
+        FolderInUseError: another process (or this one) has the folder open.
+        CCEError: there is no cce_duck store in the folder.
+    """
+    folder = _folder(data_dir)
+    passphrase = check_passphrase(passphrase)
+    if is_encrypted(folder):
+        raise EncryptionError(f"the data folder {folder} is encrypted already")
+    with _staging(folder) as stage:
+        con = _scratch(stage)
+        try:
+            _attach_source(con, folder, None)
+            key = write_marker(stage, passphrase)
+            target = {"path": str(stage / DB_FILE), "key": key.database_key}
+            con.execute(statement("attach_encrypted", literals=target, identifiers={"name": "dst"}))
+            _copy(con, "true")
+        finally:
+            con.close()
+        _recode_journal(folder / _JOURNAL, stage / _JOURNAL, PLAIN_JOURNAL, key.journal)
+        _commit(stage, install=[MARKER_FILE, _JOURNAL, DB_FILE], remove=[DB_FILE + ".wal"])
+        _install(folder, stage)
+
+
+def decrypt_folder(data_dir: str | Path, passphrase: str) -> None:
+    """Turn an encrypted data folder back into a plain one (every file readable again).
+
+    Raises:
+        EncryptionError: the folder is not encrypted, or the passphrase is wrong.
+        FolderInUseError: another process (or this one) has the folder open.
+    """
+    folder = _folder(data_dir)
+    passphrase = check_passphrase(passphrase)
+    if not is_encrypted(folder):
+        raise EncryptionError(f"the data folder {folder} is not encrypted")
+    key = folder_key(folder, passphrase)
+    with _staging(folder) as stage:
+        con = _scratch(stage)
+        try:
+            _attach_source(con, folder, key.database_key)
+            con.execute(statement("attach_plain", literals={"path": str(stage / DB_FILE)},
+                                  identifiers={"name": "dst"}))
+            _copy(con, "false")
+        finally:
+            con.close()
+        _recode_journal(folder / _JOURNAL, stage / _JOURNAL, key.journal, PLAIN_JOURNAL)
+        _commit(stage, install=[_JOURNAL, DB_FILE], remove=[DB_FILE + ".wal", MARKER_FILE])
+        _install(folder, stage)
+
+
+def recover(data_dir: Path) -> None:
+    """Finish (after its commit point) or undo (before it) a conversion a crash interrupted.
+
+    Raises ``FolderInUseError`` while another process is converting the folder.
+    """
+    stage = data_dir / STAGING_DIR
+    if not stage.is_dir():
+        return
+    with _locked(stage, data_dir):
+        if (stage / _COMPLETE).exists():
+            _install(data_dir, stage)
+        else:
+            shutil.rmtree(stage)
+
+
+# -- steps ----------------------------------------------------------------------------------
+
+
+def _folder(data_dir: str | Path) -> Path:
+    folder = Path(data_dir)
+    if not (folder / DB_FILE).exists() and not (folder / STAGING_DIR).is_dir():
+        raise CCEError(f"no cce_duck store in {folder}")
+    from cce_duck.store import _OPEN_FILES
+
+    if str((folder / DB_FILE).resolve()) in _OPEN_FILES:
+        raise FolderInUseError(f"the data folder {folder} is open in this process; close its "
+                               "Engine before converting it")
+    recover(folder)
+    return folder
+
+
+@contextmanager
+def _staging(folder: Path) -> Iterator[Path]:
+    """A fresh staging folder, exclusively locked; removed if the conversion fails."""
+    stage = folder / STAGING_DIR
+    stage.mkdir()
+    with _locked(stage, folder):
+        try:
+            yield stage
+        except BaseException:
+            if not (stage / _COMPLETE).exists():
+                shutil.rmtree(stage, ignore_errors=True)
+            raise
+
+
+@contextmanager
+def _locked(stage: Path, folder: Path) -> Iterator[None]:
+    fd = os.open(stage / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderInUseError(
+                f"the data folder {folder} is being encrypted or decrypted by another process; "
+                "wait until it finishes") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _scratch(stage: Path) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection with httpfs whose spill files stay in ``stage``, encrypted."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute(statement("temp_directory", literals={"path": str(stage / "tmp")}))
+        con.execute(statement("temp_file_encryption"))
+        load_httpfs(con)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _attach_source(con: duckdb.DuckDBPyConnection, folder: Path, key: str | None) -> None:
+    """Attach the original read-write (DuckDB's lock keeps every other process out)."""
+    src = {"path": str(folder / DB_FILE)}
+    try:
+        if key is None:
+            con.execute(statement("attach_plain", literals=src, identifiers={"name": "src"}))
+        else:
+            con.execute(statement("attach_encrypted", literals={**src, "key": key},
+                                  identifiers={"name": "src"}))
+    except duckdb.IOException as exc:
+        if "Could not set lock" in str(exc):
+            raise FolderInUseError(
+                f"the data folder {folder} is in use by another process; close it there "
+                "before converting the folder") from None
+        raise SchemaError(f"cannot open {folder / DB_FILE}: {exc}") from None
+    except duckdb.Error as exc:
+        if "Cannot open encrypted database" in str(exc):
+            raise EncryptionError(f"the database file in {folder} is encrypted but the folder "
+                                  f"has no {MARKER_FILE}") from None
+        raise SchemaError(f"cannot open {folder / DB_FILE}: {exc}") from None
+    row = con.execute(statement("has_meta", literals={"value": "src"})).fetchone()
+    if not row or not row[0]:
+        raise SchemaError(f"{folder / DB_FILE} is not a cce_duck store")
+
+
+def _copy(con: duckdb.DuckDBPyConnection, encrypted: str) -> None:
+    con.execute(statement("copy_database", identifiers={"source": "src", "target": "dst"}))
+    con.execute(statement("mark_encrypted", literals={"value": encrypted},
+                          identifiers={"name": "dst"}))
+    con.execute(statement("checkpoint", identifiers={"name": "dst"}))
+    con.execute(statement("detach", identifiers={"name": "dst"}))
+    con.execute(statement("detach", identifiers={"name": "src"}))
+
+
+def _recode_journal(source: Path, target: Path, old: JournalCodec, new: JournalCodec) -> None:
+    """Re-code every readable journal record (a torn last line is dropped, as replay would)."""
+    out: list[str] = []
+    if source.exists():
+        for line in source.read_text(encoding="utf-8", errors="replace").split("\n"):
+            try:
+                out.append(new.encode(old.decode(line)) + "\n")
+            except ValueError:
+                continue
+    _write_synced(target, "".join(out))
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _commit(stage: Path, *, install: list[str], remove: list[str]) -> None:
+    for name in install:
+        _fsync(stage / name)
+    _fsync(stage)
+    _write_synced(stage / _COMPLETE, json.dumps({"install": install, "remove": remove}))
+    _fsync(stage)
+
+
+def _install(folder: Path, stage: Path) -> None:
+    """Move the converted files in and the stale ones out; every step may run again."""
+    plan = json.loads((stage / _COMPLETE).read_text(encoding="utf-8"))
+    wal = DB_FILE + ".wal"  # the old file's WAL must never meet the new file
+    (folder / wal).unlink(missing_ok=True)
+    for name in plan["install"]:
+        if (stage / name).exists():
+            os.replace(stage / name, folder / name)
+    for name in plan["remove"]:
+        (folder / name).unlink(missing_ok=True)
+    shutil.rmtree(folder / (DB_FILE + ".tmp"), ignore_errors=True)
+    _fsync(folder)
+    shutil.rmtree(stage)
+    _fsync(folder)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -99,8 +99,7 @@ def scrub(store: Store) -> None:
     con.execute("CHECKPOINT")
     row = con.execute("SELECT current_database()").fetchone()
     db = str(row[0]) if row else "memory"
-    quoted = str(tmp).replace("'", "''")
-    con.execute(f"ATTACH '{quoted}' AS cce_rewrite")
+    store.attach(tmp, "cce_rewrite")  # encrypted with the folder's key when it is encrypted
     try:
         con.execute(f'COPY FROM DATABASE "{db}" TO cce_rewrite')
         con.execute("CHECKPOINT cce_rewrite")

@@ -34,7 +34,7 @@ from cce_duck.errors import (
     FolderInUseError,
     SchemaError,
 )
-from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro, macro_files, query
+from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro, macro_files, query, statement
 
 __all__ = ["DB_FILE", "Store"]
 
@@ -118,7 +118,8 @@ class Store:
             from cce_duck.encryption import recover
 
             recover(self.data_dir)  # finish or undo a conversion a crash interrupted
-            self.folder_key = self._folder_key(self.data_dir)
+            if self.folder_key is None:  # (a reconnect keeps the keys it has)
+                self.folder_key = self._folder_key(self.data_dir)
         try:
             if self.folder_key is not None:
                 con = connect_encrypted(Path(self.path), self.folder_key, read_only=self.read_only)
@@ -285,6 +286,17 @@ class Store:
             self.con.execute("ROLLBACK")
             raise
         self.con.execute("COMMIT")
+
+    def attach(self, path: Path, name: str) -> None:
+        """Attach another database file as ``name``; encrypted with the folder's key when the
+        folder is encrypted (so a copy of an encrypted store never lands on disk in clear)."""
+        if self.folder_key is not None:
+            self.con.execute(statement(
+                "attach_encrypted", literals={"path": str(path), "key": self.folder_key.database_key},
+                identifiers={"name": name}))
+        else:
+            self.con.execute(statement("attach_plain", literals={"path": str(path)},
+                                       identifiers={"name": name}))
 
     def reconnect(self, between: Callable[[], None] | None = None) -> None:
         """Close the connection, run ``between`` (for example a file swap), open it again with

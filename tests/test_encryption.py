@@ -368,3 +368,23 @@ def test_open_during_a_conversion_in_another_process(tmp_path: Path) -> None:
         proc.communicate(timeout=30)
     with Engine(data_dir=tmp_path, embedder="hash") as eng:  # rolled back: plain as before
         assert eng.turns("s").height == 11
+
+
+def test_forget_keeps_an_encrypted_folder_encrypted(tmp_path: Path) -> None:
+    """Forgetting rewrites the database file: the rewrite is encrypted with the same key."""
+    marker, kept = _marker(), _marker()
+    with Engine(data_dir=tmp_path, embedder="hash", encryption_key=PASS) as eng:
+        eng.add_message("s", "user", f"forget this: {marker}")
+        _fill(eng, kept, n=20)
+        eng.pin("s", f"pinned {kept}")
+        eng.forget("s", turns=(0, 0))
+        assert marker not in " ".join(eng.turns("s")["content"].to_list())
+        assert eng.sql("SELECT encrypted FROM duckdb_databases() "
+                       "WHERE database_name = current_database()").item() is True
+    assert _hits(tmp_path, marker) == []
+    assert _hits(tmp_path, kept) == []
+    with pytest.raises(duckdb.Error, match="encrypted"):
+        duckdb.connect(str(tmp_path / DB_FILE), read_only=True)
+    with Engine(data_dir=tmp_path, embedder="hash", encryption_key=PASS) as eng:
+        assert kept in eng.turns("s")["content"][-1]
+        assert eng.pins("s").height == 1

@@ -19,6 +19,7 @@ from cce_duck.payload import ContextPayload
 from cce_duck.store import Store
 from cce_duck.text import estimate_tokens
 from cce_duck.topics import macro_summary
+from cce_duck.window import Window
 from cce_duck.writer import Writer, content_hash
 
 __all__ = ["Engine", "Session"]
@@ -176,17 +177,23 @@ class Engine(ManagementMixin):
         )
         return build_context(self.store, self.config, req, explain=explain)
 
-    def search(self, session_id: str, query: str, k: int = 10) -> pl.DataFrame:
-        """Ranked turns for ``query`` with their scores (the ``cce_retrieve`` macro)."""
+    def search(self, session_id: str, query: str, k: int = 10, *,
+               since: datetime | str | None = None, until: datetime | str | None = None,
+               last_turns: int | None = None) -> pl.DataFrame:
+        """Ranked turns for ``query`` with their scores (the ``cce_retrieve`` macro), optionally
+        only those at or after ``since``, at or before ``until`` (ISO 8601) or among the last
+        ``last_turns`` turns."""
         sid = self._existing(session_id)
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("query must be a non-empty string")
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
             raise ValidationError("k must be a positive integer")
+        window = Window.parse(since, until, last_turns)
         return self.store.con.execute(
-            "SELECT r.*, t.content FROM cce_retrieve(?, ?, k := ?) AS r "
+            "SELECT r.*, t.content FROM cce_retrieve(?, ?, k := ?, since := ?, until := ?, "
+            "last_turns := ?) AS r "
             "JOIN main.turns AS t ON t.session_id = ? AND t.turn_no = r.turn_no ORDER BY r.rank",
-            [sid, query, k, sid]).pl()
+            [sid, query, k, *window.sql_params(), sid]).pl()
 
     def sessions(self) -> pl.DataFrame:
         """Every session with its turn and note counts."""

@@ -4,11 +4,13 @@ memory exactly unchanged."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from cce_duck import corrections, forget, pins
+from cce_duck import corrections, export, forget, pins
 
 if TYPE_CHECKING:
     from cce_duck.config import Config
@@ -79,3 +81,26 @@ class ManagementMixin:
             return forget.forget(self.store, sid, note_id, turns)
         finally:
             self.writer.forget_stats(sid)
+
+    # -- export / import ----------------------------------------------------
+
+    def export_session(self, session_id: str, path: str | os.PathLike[str], *,
+                       format: str = "json") -> Path:
+        """Write one session to ``path``: a JSON file (no vectors) or, with
+        ``format="parquet"``, a folder of Parquet files (vectors and postings included)."""
+        return export.export_session(self.store, self._existing(session_id), path, format)
+
+    def import_session(self, path: str | os.PathLike[str], *, session_id: str | None = None
+                       ) -> str:
+        """Restore an exported session (under ``session_id`` when given); returns its id.
+        An existing session of that id is never merged into: ``ConflictError``."""
+        if not self.store.read_only:
+            self.writer.flush()
+        sid = export.import_session(self.store, self.config, path, session_id)
+        self.writer.reopen(sid)
+        self.writer.forget_stats(sid)
+        return sid
+
+    def export_document(self, session_id: str) -> dict[str, Any]:
+        """The JSON export of a session as a dict (what :meth:`export_session` writes)."""
+        return export.session_document(self.store, self._existing(session_id))

@@ -30,6 +30,7 @@ CURRENT_MACROS: dict[str, str] = {
     "cce_recent": "cce_recent_v1",
     "cce_stats": "cce_stats_v1",
     "cce_forget_plan": "cce_forget_plan_v1",
+    "cce_export": "cce_export_v1",
 }
 
 _HEADER = re.compile(r"\A((?:--[^\n]*\n)+)")

@@ -227,3 +227,48 @@ DELETE FROM main.pins WHERE session_id = $sid
 -- Rewrite an existing cold-tier summary (after its notes changed); no-op for open sessions.
 UPDATE main.session_summaries SET summary = $summary, tokens = $tokens
 WHERE session_id = $sid;
+
+-- name: export_turns
+-- A session's turns with every stored column (Parquet export).
+SELECT * FROM main.turns WHERE session_id = $sid ORDER BY turn_no;
+
+-- name: export_notes
+-- A session's notes with their vectors (Parquet export).
+SELECT * FROM main.notes WHERE session_id = $sid ORDER BY start_turn;
+
+-- name: export_message_vectors
+-- A session's message vectors (Parquet export).
+SELECT * FROM main.message_vectors WHERE session_id = $sid ORDER BY turn_no;
+
+-- name: export_sentence_vectors
+-- A session's sentence vectors (Parquet export).
+SELECT * FROM main.sentence_vectors WHERE session_id = $sid ORDER BY turn_no, sent_no;
+
+-- name: export_postings
+-- A session's BM25 postings (Parquet export).
+SELECT * FROM main.postings WHERE session_id = $sid ORDER BY term, turn_no;
+
+-- name: export_pins
+-- A session's pins (Parquet export).
+SELECT * FROM main.pins WHERE session_id = $sid ORDER BY pin_id;
+
+-- name: export_sessions
+-- A session's bookkeeping row (Parquet export).
+SELECT * FROM main.sessions WHERE session_id = $sid;
+
+-- name: export_session_summaries
+-- A session's cold-tier summary (Parquet export).
+SELECT * FROM main.session_summaries WHERE session_id = $sid;
+
+-- name: import_sessions
+-- Insert imported session rows from a registered batch _b_import.
+INSERT INTO main.sessions BY NAME SELECT * FROM _b_import;
+
+-- name: import_pins
+-- Insert imported pins (new ids) from a registered batch _b_import.
+INSERT INTO main.pins BY NAME
+SELECT * EXCLUDE (pin_id), nextval('pin_ids') AS pin_id FROM (SELECT * FROM _b_import ORDER BY pin_id);
+
+-- name: import_session_summaries
+-- Insert an imported cold-tier summary from a registered batch _b_import.
+INSERT INTO main.session_summaries BY NAME SELECT * FROM _b_import;

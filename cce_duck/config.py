@@ -26,6 +26,7 @@ _ENV: dict[str, str] = {
     "flush_every": "CCE_FLUSH_EVERY",
     "encryption_key": "CCE_ENCRYPTION_KEY",
     "recency_weight": "CCE_RECENCY_WEIGHT",
+    "warm_tier_max_chunks": "CCE_WARM_TIER_MAX_CHUNKS",
 }
 
 
@@ -53,6 +54,8 @@ class Config:
         encryption_key: Passphrase of an encrypted data folder (``None``: plain). A new folder
             opened with one is encrypted; an existing plain folder refuses one (convert it with
             :func:`cce_duck.encryption.encrypt_folder`). Never shown in ``repr``.
+        warm_tier_max_chunks: Most notes a session keeps; past it the least-retrieved
+            neighbouring old notes merge into coarser ones (``None``: no cap).
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -71,6 +74,7 @@ class Config:
     rrf_k: int = 60
     flush_every: int = 64
     encryption_key: str | None = field(default=None, repr=False)
+    warm_tier_max_chunks: int | None = None
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
@@ -81,6 +85,9 @@ class Config:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValidationError(f"config {name} must be a positive integer, got {value!r}")
+        cap = self.warm_tier_max_chunks
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 2):
+            raise ValidationError(f"config warm_tier_max_chunks must be an integer >= 2, got {cap!r}")
         if self.min_topic_turns > self.max_topic_turns:
             raise ValidationError("config min_topic_turns must not exceed max_topic_turns")
         if self.topic_threshold is not None and not -1.0 <= self.topic_threshold <= 1.0:

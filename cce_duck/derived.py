@@ -126,11 +126,12 @@ def write_turns(store: Store, sid: str, d: DerivedTurns, *, insert_turns: bool) 
         }), "insert_postings")
 
 
-def note_fields(store: Store, sid: str, first: int, last: int, nid: int | None = None
-                ) -> dict[str, Any] | None:
+def note_fields(store: Store, sid: str, first: int, last: int,
+                nid: int | list[int] | None = None) -> dict[str, Any] | None:
     """Label, summary, span, sizes and vector of a note over the stored turns ``first..last``
-    (only those of note ``nid`` when given), computed as the write path computes them."""
-    tbl = store.q("note_turns", {"sid": sid, "first": first, "last": last, "nid": nid}
+    (only those of note(s) ``nid`` when given), computed as the write path computes them."""
+    nids = None if nid is None else csv([nid] if isinstance(nid, int) else nid)
+    tbl = store.q("note_turns", {"sid": sid, "first": first, "last": last, "nids": nids}
                   ).to_arrow_table()
     if tbl.num_rows == 0:
         return None

@@ -13,6 +13,7 @@ import polars as pl
 from cce_duck.config import Config
 from cce_duck.context import ContextRequest, build_context
 from cce_duck.errors import NotFoundError, ValidationError
+from cce_duck.explain import refine as refine_explain
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
@@ -54,6 +55,7 @@ class Engine(ManagementMixin):
                            encryption_key=config.encryption_key)
         try:
             self.writer = Writer(self.store, config)
+            self.writer.on_flush = self._after_flush
         except BaseException:
             self.store.close()
             raise
@@ -76,6 +78,7 @@ class Engine(ManagementMixin):
         atexit.unregister(self.close)
         try:
             if not self.store.read_only:
+                self._flush_context_calls()
                 self.writer.flush()
         finally:
             self.store.close()
@@ -175,7 +178,10 @@ class Engine(ManagementMixin):
             until=None if until is None else parse_time(until, "until"),
             last_turns=last_turns,
         )
-        return build_context(self.store, self.config, req, explain=explain)
+        payload = build_context(self.store, self.config, req, explain=explain)
+        refine_explain(payload, Window(req.since, req.until, req.last_turns))
+        self._record_context(payload)
+        return payload
 
     def search(self, session_id: str, query: str, k: int = 10, *,
                since: datetime | str | None = None, until: datetime | str | None = None,
@@ -216,9 +222,10 @@ class Engine(ManagementMixin):
                                       [self._existing(session_id)]).pl()
 
     def stats(self, session_id: str | None = None) -> pl.DataFrame:
-        """Sizes and tier occupancy per session (the ``cce_stats`` macro)."""
+        """Sizes, tier occupancy and token savings per session (the ``cce_stats`` macro)."""
         if not self.store.read_only:
             self.writer.flush()
+            self._flush_context_calls()
         df = self.store.con.execute("SELECT * FROM cce_stats(hot := ?)",
                                     [self.config.hot_tier_max_turns]).pl()
         if session_id is not None:

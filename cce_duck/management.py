@@ -9,15 +9,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import pyarrow as pa
 
-from cce_duck import corrections, export, forget, pins
+from cce_duck import corrections, export, forget, pins, warm
+from cce_duck.derived import now
+from cce_duck.payload import ContextPayload
 
 if TYPE_CHECKING:
     from cce_duck.config import Config
     from cce_duck.store import Store
     from cce_duck.writer import Writer
 
-__all__ = ["ManagementMixin"]
+__all__ = ["CALLS_BATCH", "ManagementMixin"]
+
+#: Built contexts are recorded for stats in batches of this size (and on stats and close).
+CALLS_BATCH = 64
 
 
 class ManagementMixin:
@@ -29,6 +35,35 @@ class ManagementMixin:
 
     def _existing(self, session_id: str) -> str:  # provided by Engine
         raise NotImplementedError
+
+    # -- context bookkeeping (for stats) ------------------------------------
+
+    def _record_context(self, payload: ContextPayload) -> None:
+        """Remember the size of a built context; written in batches (stats, close, every 64)."""
+        if self.store.read_only:
+            return
+        calls: list[dict[str, Any]] = self.__dict__.setdefault("_context_calls", [])
+        calls.append({"session_id": payload.session_id, "called_at": now(),
+                      "max_tokens": payload.max_tokens, "tokens_sent": payload.tokens,
+                      "history_tokens": payload.full_tokens})
+        if len(calls) >= CALLS_BATCH:
+            self._flush_context_calls()
+
+    def _flush_context_calls(self) -> None:
+        calls: list[dict[str, Any]] = self.__dict__.get("_context_calls") or []
+        if not calls or self.store.read_only:
+            return
+        tbl = pa.Table.from_pylist(calls, schema=pa.schema([
+            ("session_id", pa.string()), ("called_at", pa.timestamp("us")),
+            ("max_tokens", pa.int32()), ("tokens_sent", pa.int32()),
+            ("history_tokens", pa.int32())]))
+        with self.store.transaction() as con:
+            con.register("_b_calls", tbl)
+            try:
+                self.store.q("insert_context_calls")
+            finally:
+                con.unregister("_b_calls")
+        calls.clear()
 
     # -- pins ---------------------------------------------------------------
 
@@ -104,3 +139,12 @@ class ManagementMixin:
     def export_document(self, session_id: str) -> dict[str, Any]:
         """The JSON export of a session as a dict (what :meth:`export_session` writes)."""
         return export.session_document(self.store, self._existing(session_id))
+
+    # -- warm-tier cap ------------------------------------------------------
+
+    def _after_flush(self, sessions: set[str]) -> None:
+        """Keep every session a flush touched under ``warm_tier_max_chunks`` notes."""
+        if not self.config.warm_tier_max_chunks or self.store.read_only:
+            return
+        for sid in sorted(sessions):
+            warm.enforce_cap(self.store, self.config, sid)

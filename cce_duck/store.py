@@ -211,6 +211,12 @@ class Store:
             raise EmbedderMismatchError(
                 f"embedder {name!r} now gives {emb.dim} dimensions but the folder holds {dim}"
             )
+        if version < migrations.SCHEMA_VERSION and self.read_only:
+            raise SchemaError(
+                f"{self.path} has schema version {version}, older than this cce_duck "
+                f"({migrations.SCHEMA_VERSION}); open it once without read_only to upgrade it "
+                "in place"
+            )
         if version < migrations.SCHEMA_VERSION and not self.read_only:
             migrations.apply(self.con, dim)
             self.con.execute(

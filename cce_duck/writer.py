@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,6 +79,8 @@ class Writer:
         self._buffer: list[tuple[str, int, Message]] = []
         self._journal: Path | None = None
         self._df: dict[str, tuple[Counter[str], int]] = {}  # session -> (term df, documents)
+        #: Called with the sessions a flush stored or compressed (the warm-tier cap uses it).
+        self.on_flush: Callable[[set[str]], None] | None = None
         if store.data_dir is not None and not store.read_only:
             self._journal = store.data_dir / JOURNAL_FILE
             self._replay()
@@ -164,6 +166,8 @@ class Writer:
         if self._journal is not None and self._journal.exists():
             with self._journal.open("w", encoding="utf-8"):
                 pass
+        if self.on_flush is not None:
+            self.on_flush(set(batch.sessions) | finish)
 
     def pending_count(self) -> int:
         """Messages journaled but not yet in the tables."""

@@ -196,7 +196,7 @@ SELECT t.turn_no, t.role, t.speaker, coalesce(t.content, t.micro) AS content, t.
     m.vector
 FROM main.turns AS t JOIN main.message_vectors AS m USING (session_id, turn_no)
 WHERE t.session_id = $sid AND t.turn_no BETWEEN $first AND $last
-  AND ($nid IS NULL OR t.note_id = $nid)
+  AND ($nids IS NULL OR list_contains(CAST(string_split($nids, ',') AS BIGINT[]), t.note_id))
 ORDER BY t.turn_no;
 
 -- name: rewrite_note
@@ -272,3 +272,17 @@ SELECT * EXCLUDE (pin_id), nextval('pin_ids') AS pin_id FROM (SELECT * FROM _b_i
 -- name: import_session_summaries
 -- Insert an imported cold-tier summary from a registered batch _b_import.
 INSERT INTO main.session_summaries BY NAME SELECT * FROM _b_import;
+
+-- name: insert_context_calls
+-- Record built contexts (sizes only) from a registered batch _b_calls.
+INSERT INTO main.context_calls BY NAME SELECT * FROM _b_calls;
+
+-- name: warm_notes
+-- A session's notes in conversation order, with what the warm-tier cap weighs.
+SELECT note_id, start_turn, end_turn, level, retrieval_count
+FROM main.notes WHERE session_id = $sid ORDER BY start_turn;
+
+-- name: merge_note_turns
+-- Move the turns of note $from into note $into (a warm-tier merge), then drop the empty note.
+UPDATE main.turns SET note_id = $into WHERE session_id = $sid AND note_id = $from;
+DELETE FROM main.notes WHERE session_id = $sid AND note_id = $from;

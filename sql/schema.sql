@@ -110,3 +110,11 @@ CREATE TABLE llm_cache (
     completion_tokens INTEGER,
     created_at TIMESTAMP NOT NULL
 );
+
+CREATE TABLE context_calls (
+    session_id VARCHAR NOT NULL,
+    called_at TIMESTAMP NOT NULL,
+    max_tokens INTEGER NOT NULL,
+    tokens_sent INTEGER NOT NULL,
+    history_tokens INTEGER NOT NULL
+);

@@ -18,15 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cce_duck.config import Config
-from cce_duck.derived import derive_turns, note_fields, write_notes, write_turns
+from cce_duck.derived import derive_turns, write_notes, write_turns
 from cce_duck.errors import ConflictError, EmbedderMismatchError, ValidationError
 from cce_duck.messages import ROLES, parse_time, validate_session_id
 from cce_duck.store import Store
+from cce_duck.topics import unit
 
 __all__ = ["FORMAT", "FORMATS", "PARQUET_TABLES", "export_session", "import_session",
            "session_document"]
@@ -183,11 +185,18 @@ def _import_json(store: Store, config: Config, src: Path, session_id: str | None
             "next_turn": pa.array([next_turn], pa.int32())}))
         write_turns(store, sid, derived, insert_turns=True)
         rows = []
+        # note vector = unit mean of its turns' stored (int8) message vectors, as when written
+        stored = np.clip(np.rint(np.vstack(derived.mvec) * 127.0), -127, 127) / 127.0 if (
+            derived.mvec) else np.empty((0, store.dim))
+        members: dict[int, list[int]] = {}
+        for i, t in enumerate(derived.turns):
+            if t["note_id"] is not None:
+                members.setdefault(int(t["note_id"]), []).append(i)
         for n in notes:
             new = new_ids[int(n["note_id"])]
-            f = note_fields(store, sid, int(n["start_turn"]), int(n["end_turn"]), nid=new)
-            if f is None:
+            if new not in members:
                 raise _bad(src, f"note {n['note_id']} covers no turn")
+            f = {"vector": unit(stored[members[new]].astype(np.float32).mean(axis=0))}
             rows.append({**{k: n[k] for k in ("start_turn", "end_turn", "label", "summary",
                                               "raw_tokens", "summary_tokens", "level",
                                               "retrieval_count")},

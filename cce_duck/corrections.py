@@ -12,7 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from cce_duck.config import Config
-from cce_duck.derived import derive_turns, note_fields, now, run_script, write_notes, write_turns
+from cce_duck.derived import (
+    derive_turns,
+    note_fields,
+    now,
+    run_script,
+    touch,
+    write_notes,
+    write_turns,
+)
 from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.pins import valid_id, valid_text
 from cce_duck.store import Store
@@ -48,6 +56,7 @@ def edit_note(store: Store, sid: str, note_id: int, label: str | None, summary: 
                               "summary": new_summary,
                               "summary_tokens": estimate_tokens(new_summary)})
         refresh_session_summary(store, sid)
+        touch(store, sid)
 
 
 def edit_turn(store: Store, config: Config, sid: str, turn: int, text: str) -> None:
@@ -72,6 +81,7 @@ def edit_turn(store: Store, config: Config, sid: str, turn: int, text: str) -> N
         if note_id is not None:
             rebuild_note(store, sid, int(note_id))
         refresh_session_summary(store, sid)
+        touch(store, sid)
 
 
 def rebuild_note(store: Store, sid: str, note_id: int) -> None:

@@ -21,7 +21,7 @@ from cce_duck.store import Store
 from cce_duck.text import estimate_tokens, split_sentences, terms
 from cce_duck.writer import content_hash, quantize, vectors_of
 
-__all__ = ["DerivedTurns", "csv", "derive_turns", "note_fields", "now", "run_script", "write_notes",
+__all__ = ["DerivedTurns", "csv", "derive_turns", "note_fields", "now", "run_script", "touch", "write_notes",
            "write_turns"]
 
 _PARAM = re.compile(r"\$(\w+)")
@@ -176,6 +176,12 @@ def write_notes(store: Store, notes: list[dict[str, Any]], *, insert: bool) -> N
     }).select(cols).append_column(
         "vector", quantize(np.vstack([np.asarray(n["vector"], np.float32)[None, :] for n in notes])))
     _with(store, "_b_notes", tbl, "insert_notes" if insert else "rewrite_note")
+
+
+def touch(store: Store, sid: str) -> None:
+    """Move the session's ``updated_at`` forward (inside the caller's transaction), so anything
+    cached for the session is reloaded."""
+    store.q("touch_session", {"sid": sid, "now": now()})
 
 
 def now() -> datetime:

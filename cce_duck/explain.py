@@ -22,7 +22,7 @@ SCORES = ("dense", "recency", "bm25", "fused")
 def refine(payload: ContextPayload, window: Window) -> None:
     """Complete ``payload.explain`` in place (no-op when explain was not asked for)."""
     ex = payload.explain
-    if ex is None:
+    if ex is None or not isinstance(ex.get("budget"), dict):
         return
     budget = ex["budget"]
     system = 0
@@ -35,7 +35,7 @@ def refine(payload: ContextPayload, window: Window) -> None:
     budget["overhead"] = budget.get("overhead", 0) - system
     parts = ("pins", "system_note", "recent", "pending", "notes", "overhead")
     budget["planned"] = sum(budget.get(p, 0) for p in parts)
-    budget["free"] = budget["max_tokens"] - budget["used"]
+    budget["free"] = payload.max_tokens - payload.tokens
     by_id = {n["note_id"]: n for n in payload.notes}
     for c in ex.get("chosen", []):
         note = by_id.get(c["note_id"], {})
@@ -43,14 +43,14 @@ def refine(payload: ContextPayload, window: Window) -> None:
         c["start_turn"] = note.get("start_turn")
         c["end_turn"] = note.get("end_turn")
         for s in SCORES:
-            vals = [q[s] for q in c["quotes"] if q.get(s) is not None]
+            vals = [q[s] for q in c.get("quotes", []) if q.get(s) is not None]
             c[s] = max(vals) if vals else None
     ex["window"] = {"since": None if window.since is None else window.since.isoformat(),
                     "until": None if window.until is None else window.until.isoformat(),
                     "last_turns": window.last_turns}
     ex["pins"] = list(payload.pins)
     ex["verbatim_turns"] = [t.turn_no for t in payload.turns]
-    placed = {q["turn_no"] for c in ex.get("chosen", []) for q in c["quotes"]}
+    placed = {q["turn_no"] for c in ex.get("chosen", []) for q in c.get("quotes", [])}
     listed = {d.get("turn_no") for d in ex.get("dropped", [])}
     # hits placed and then removed by the final cap check appear in neither list: add them
     ex["dropped"] = list(ex.get("dropped", [])) + [

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from cce_duck.corrections import note_or_404, refresh_session_summary
-from cce_duck.derived import csv, run_script
+from cce_duck.derived import csv, run_script, touch
 from cce_duck.errors import ValidationError
 from cce_duck.pins import valid_id
 from cce_duck.store import Store
@@ -77,6 +77,7 @@ def forget(store: Store, sid: str, note_id: object = None, turns: object = None
         run_script(store, "forget_rows", {"sid": sid, "notes": csv(notes) or "-1",
                                           "turns": csv(turn_nos) or "-1"})
         refresh_session_summary(store, sid)
+        touch(store, sid)
     scrub(store)
     return counts
 

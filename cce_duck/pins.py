@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from cce_duck.derived import now
+from cce_duck.derived import now, touch
 from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.messages import MAX_CONTENT_CHARS
 from cce_duck.store import Store
@@ -49,6 +49,7 @@ def add_pin(store: Store, sid: str, text: str | None, turn: int | None) -> int:
     with store.transaction():
         pin_id = store.q("insert_pin", {"sid": sid, "text": text, "turn_no": turn, "now": now()}
                          ).fetchone()[0]
+        touch(store, sid)
     return int(pin_id)
 
 
@@ -70,6 +71,7 @@ def update_pin(store: Store, sid: str, pin_id: int, text: str) -> None:
     body = valid_text(text, "pin text")
     with store.transaction():
         store.q("update_pin", {"sid": sid, "pin_id": pid, "text": body, "now": now()})
+        touch(store, sid)
 
 
 def remove_pin(store: Store, sid: str, pin_id: int) -> None:
@@ -77,3 +79,4 @@ def remove_pin(store: Store, sid: str, pin_id: int) -> None:
     pid = _existing(store, sid, pin_id)
     with store.transaction():
         store.q("delete_pin", {"sid": sid, "pin_id": pid})
+        touch(store, sid)

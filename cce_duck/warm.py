@@ -9,7 +9,7 @@ the higher of the two, retrieval counts added). The newest quarter of the cap is
 from __future__ import annotations
 
 from cce_duck.config import Config
-from cce_duck.derived import note_fields, now, run_script, write_notes
+from cce_duck.derived import note_fields, now, run_script, touch, write_notes
 from cce_duck.store import Store
 
 __all__ = ["enforce_cap", "protected"]
@@ -47,4 +47,6 @@ def enforce_cap(store: Store, config: Config, sid: str) -> int:
                                  "retrieval_count": count, "created_at": now()}], insert=False)
             notes[i : i + 2] = [[a[0], fields["start_turn"], fields["end_turn"], level, count]]
             merges += 1
+        if merges:
+            touch(store, sid)
     return merges

@@ -286,3 +286,9 @@ FROM main.notes WHERE session_id = $sid ORDER BY start_turn;
 -- Move the turns of note $from into note $into (a warm-tier merge), then drop the empty note.
 UPDATE main.turns SET note_id = $into WHERE session_id = $sid AND note_id = $from;
 DELETE FROM main.notes WHERE session_id = $sid AND note_id = $from;
+
+-- name: touch_session
+-- Mark a session changed (pins, corrections, forgetting, merges): caches keyed on updated_at
+-- reload it.
+UPDATE main.sessions SET updated_at = greatest($now, updated_at + INTERVAL 1 MICROSECOND)
+WHERE session_id = $sid;

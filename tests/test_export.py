@@ -172,3 +172,16 @@ def test_parquet_needs_the_same_embedder_json_does_not(src: Engine, tmp_path: Pa
     finally:
         embedders._REGISTRY.pop(_OtherEmbedder.name, None)
         embedders._INSTANCES.pop(_OtherEmbedder.name, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_import_with_the_real_model_gives_the_same_retrieval(
+        tmp_path: Path, conversation: list[dict[str, Any]], fmt: str) -> None:
+    with Engine(data_dir=tmp_path / "a", embedder="onnx") as a, \
+            Engine(data_dir=tmp_path / "b", embedder="onnx") as b:
+        a.ingest("s", conversation)
+        path = a.export_session("s", tmp_path / f"s.{fmt}", format=fmt)
+        b.import_session(path)
+        for q in QUERIES:
+            assert _hits(b, "s", q) == _hits(a, "s", q), q

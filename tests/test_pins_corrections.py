@@ -175,3 +175,24 @@ def test_edit_turn_bad_input(eng: Engine) -> None:
         eng.edit_turn("s", "1", "text")  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         eng.edit_turn("s", True, "text")  # type: ignore[arg-type]
+
+
+def test_every_change_moves_the_session_forward(eng: Engine) -> None:
+    """Caches keyed on (updated_at, next_turn) must see pins, corrections and forgetting."""
+
+    def stamp() -> Any:
+        return eng.sessions().filter(session_id="s")["updated_at"][0]
+
+    nid = int(eng.notes("s")["note_id"][0])
+    changes = [
+        lambda: eng.pin("s", "p"),
+        lambda: eng.update_pin("s", int(eng.pins("s")["pin_id"][0]), "q"),
+        lambda: eng.unpin("s", int(eng.pins("s")["pin_id"][0])),
+        lambda: eng.edit_note("s", nid, label="new label"),
+        lambda: eng.edit_turn("s", 2, "A corrected question about migrations?"),
+        lambda: eng.forget("s", turns=(18, 19)),
+    ]
+    for change in changes:
+        before = stamp()
+        change()
+        assert stamp() > before

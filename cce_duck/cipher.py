@@ -136,19 +136,26 @@ def is_encrypted(data_dir: Path) -> bool:
 
 
 def write_marker(folder: Path, passphrase: str) -> FolderKey:
-    """Write a new marker (fresh random salt) into ``folder``, synced; return its keys."""
+    """Write a new marker (fresh random salt) into ``folder``, synced; return its keys.
+
+    The marker is linked in only if the folder has none, so two processes creating one folder at
+    once agree on the first salt: the later one gets ``FileExistsError``.
+    """
     salt = secrets.token_bytes(16)
     raw = _derive(passphrase, salt, _SCRYPT)
     nonce = os.urandom(_NONCE)
     check = AESGCM(raw[32:]).encrypt(nonce, _CHECK, None)
     doc = {"format": 1, "cipher": "AES-256-GCM", "kdf": "scrypt", **_SCRYPT,
            "salt": base64.b64encode(salt).decode(), "check": base64.b64encode(nonce + check).decode()}
-    tmp = folder / (MARKER_FILE + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, folder / MARKER_FILE)
+    tmp = folder / f"{MARKER_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, folder / MARKER_FILE)
+    finally:
+        tmp.unlink(missing_ok=True)
     return _key(raw)
 
 

@@ -17,6 +17,7 @@ import polars as pl
 
 from cce_duck import migrations
 from cce_duck.cipher import (
+    MARKER_FILE,
     PLAIN_JOURNAL,
     FolderKey,
     JournalCodec,
@@ -89,6 +90,7 @@ class Store:
         #: How journal lines are written and read (sealed in an encrypted folder).
         self.journal_codec: JournalCodec = PLAIN_JOURNAL
         self._passphrase = None if encryption_key is None else check_passphrase(encryption_key)
+        self._made_marker = False
         self.path = ":memory:" if data_dir is None else str(data_dir / DB_FILE)
         self._key = None if data_dir is None else str(Path(self.path).resolve())
         if self._key in _OPEN_FILES:
@@ -120,6 +122,15 @@ class Store:
             recover(self.data_dir)  # finish or undo a conversion a crash interrupted
             if self.folder_key is None:  # (a reconnect keeps the keys it has)
                 self.folder_key = self._folder_key(self.data_dir)
+                if self._made_marker:  # a new folder: take the marker back if the database
+                    try:               # cannot be created (another process holds the folder)
+                        return self._open()
+                    except BaseException:
+                        (self.data_dir / MARKER_FILE).unlink(missing_ok=True)
+                        raise
+        return self._open()
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
         try:
             if self.folder_key is not None:
                 con = connect_encrypted(Path(self.path), self.folder_key, read_only=self.read_only)
@@ -167,7 +178,12 @@ class Store:
                 f"the data folder {data_dir} is not encrypted, and a passphrase never encrypts "
                 "an existing plain folder: open it without one, or convert it first with "
                 f"cce_duck.encryption.encrypt_folder({str(data_dir)!r}, passphrase)")
-        return write_marker(data_dir, self._passphrase)  # a new folder: encrypted from the start
+        try:  # a new folder: encrypted from the start
+            key = write_marker(data_dir, self._passphrase)
+        except FileExistsError:  # another process is creating it right now
+            return folder_key(data_dir, self._passphrase)
+        self._made_marker = True
+        return key
 
     def _prepare(self, requested: str) -> CachedEmbedder:
         meta = self._meta()

@@ -388,3 +388,28 @@ def test_forget_keeps_an_encrypted_folder_encrypted(tmp_path: Path) -> None:
     with Engine(data_dir=tmp_path, embedder="hash", encryption_key=PASS) as eng:
         assert kept in eng.turns("s")["content"][-1]
         assert eng.pins("s").height == 1
+
+
+
+def test_new_encrypted_folder_refused_leaves_no_marker(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creating a new encrypted folder while another process creates it (a race that cannot be
+    staged with a real lock: DuckDB locks the file, which does not exist yet) takes its marker
+    back, so the folder stays what the winner makes of it."""
+    import cce_duck.store
+
+    def refused(*a: object, **k: object) -> None:
+        raise duckdb.IOException('Could not set lock on file "x": Conflicting lock is held in '
+                                 "python (PID 4242)")
+
+    monkeypatch.setattr(cce_duck.store, "connect_encrypted", refused)
+    with pytest.raises(FolderInUseError, match="PID 4242"):
+        Engine(data_dir=tmp_path, embedder="hash", encryption_key=PASS)
+    assert not (tmp_path / MARKER_FILE).exists()
+    monkeypatch.undo()
+    with Engine(data_dir=tmp_path, embedder="hash") as eng:  # the winner: a plain folder
+        eng.add_message("s", "user", "plain")
+    (tmp_path / MARKER_FILE).write_text("{}")  # a marker that is not ours is never removed
+    with pytest.raises(EncryptionError, match="unreadable"):
+        Engine(data_dir=tmp_path, embedder="hash", encryption_key=PASS)
+    assert (tmp_path / MARKER_FILE).exists()

@@ -30,6 +30,7 @@ from locomo_data import Conversation, load
 from speed import DEFAULT_DATA, SCALE, cold, fresh_folder, pct, warm
 
 import cce_duck
+from cce_duck.cipher import load_httpfs, write_marker
 
 PASS = "benchmark passphrase"
 
@@ -83,6 +84,24 @@ def one_run(convs: list[Conversation], embedder: str, key: str | None,
     return out
 
 
+def parts(times: int = 5) -> dict[str, float]:
+    """The two fixed costs of opening an encrypted folder, alone (medians, ms)."""
+    derive, load = [], []
+    for _ in range(times):
+        with fresh_folder() as folder:
+            folder.mkdir(parents=True)
+            t0 = time.perf_counter()
+            write_marker(folder, PASS)
+            derive.append((time.perf_counter() - t0) * 1000)
+        con = duckdb.connect(":memory:")
+        t0 = time.perf_counter()
+        load_httpfs(con)
+        load.append((time.perf_counter() - t0) * 1000)
+        con.close()
+    return {"scrypt_key_derivation_ms": statistics.median(derive),
+            "httpfs_load_ms": statistics.median(load)}
+
+
 def run(convs: list[Conversation], embedder: str, repeats: int, n_questions: int
         ) -> dict[str, Any]:
     """Alternating plain / encrypted runs; medians and ratios."""
@@ -97,7 +116,7 @@ def run(convs: list[Conversation], embedder: str, repeats: int, n_questions: int
                   + ", ".join(f"{k}={v:.1f}" for k, v in r.items()), flush=True)
     med = {v: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for v, rs in runs.items()}
     ratio = {k: med["encrypted"][k] / med["plain"][k] for k in med["plain"]}
-    return {"runs": runs, "median": med, "ratio_encrypted_over_plain": ratio,
+    return {"runs": runs, "median": med, "ratio_encrypted_over_plain": ratio, "parts": parts(),
             "messages": sum(len(c.messages) for c in convs), "questions": len(questions)}
 
 
@@ -119,7 +138,7 @@ def main() -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": {"cpus": os.cpu_count(), "arch": platform.machine(), "python": platform.python_version(),
                     "duckdb": duckdb.__version__, "cce_duck": cce_duck.__version__},
-        "scale": SCALE, "embedders": {},
+        "scale": SCALE, "load_avg_start": os.getloadavg(), "embedders": {},
     }
     for emb in args.embedders.split(","):
         print(f"{emb}:", flush=True)
@@ -131,6 +150,9 @@ def main() -> int:
         for k, r in res["ratio_encrypted_over_plain"].items():
             print(f"  {k:18} {res['median']['plain'][k]:10.1f} "
                   f"{res['median']['encrypted'][k]:10.1f} {r:7.2f}")
+        for k, v in res["parts"].items():
+            print(f"  {k}: {v:.1f}")
+    result["load_avg_end"] = os.getloadavg()
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1, default=str))

@@ -7,11 +7,14 @@ adapters can map them to stable error responses.
 from __future__ import annotations
 
 __all__ = [
+    "BudgetExceededError",
     "CCEError",
     "ConflictError",
     "EmbedderMismatchError",
     "EncryptionError",
     "FolderInUseError",
+    "LLMError",
+    "MissingExtraError",
     "NotFoundError",
     "SchemaError",
     "ValidationError",
@@ -51,3 +54,26 @@ class FolderInUseError(CCEError):
 
 class EncryptionError(CCEError):
     """A wrong or missing passphrase, a key given for a plain folder, or an unreadable marker."""
+
+
+class MissingExtraError(CCEError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
+
+
+class LLMError(CCEError):
+    """A model call failed (after any retries), or its reply was empty or malformed.
+
+    ``retryable`` tells whether the failure was transient (timeout, 429, 5xx); ``status`` is the
+    HTTP status when there was one; ``retry_after`` the server's ``Retry-After`` in seconds.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+
+
+class BudgetExceededError(CCEError):
+    """The result cannot be made to fit the requested token budget."""

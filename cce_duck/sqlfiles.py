@@ -100,16 +100,16 @@ def alias_sql(alias: str, target: str) -> str:
 
 
 @cache
-def _queries() -> dict[str, str]:
-    return {m.group(1): m.group(3).strip() for m in _NAMED.finditer(_read("queries.sql"))}
+def _queries(source: str = "queries.sql") -> dict[str, str]:
+    return {m.group(1): m.group(3).strip() for m in _NAMED.finditer(_read(source))}
 
 
-def query(name: str) -> str:
-    """The SQL of a named block in ``sql/queries.sql``."""
+def query(name: str, source: str = "queries.sql") -> str:
+    """The SQL of a named block in ``sql/<source>`` (``queries.sql`` unless told)."""
     try:
-        return _queries()[name]
+        return _queries(source)[name]
     except KeyError:
-        raise KeyError(f"no query named {name!r} in queries.sql") from None
+        raise KeyError(f"no query named {name!r} in {source}") from None
 
 
 @cache

@@ -1,0 +1,1 @@
+"""LLM-backed context-engineering tools."""

@@ -16,7 +16,7 @@ from cce_duck.llm.backends import Backend, classify_error, get_backend
 from cce_duck.llm.cache import LLMCache, cache_key
 from cce_duck.llm.tokens import TokenCounter, count_messages, token_counter
 
-__all__ = ["LLM", "CallRecord", "Completion", "Usage"]
+__all__ = ["LLM", "CallRecord", "Completion", "Usage", "validate_messages"]
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
@@ -64,7 +64,7 @@ class Usage:
         return asdict(self)
 
 
-def _validate_messages(messages: object) -> list[dict[str, str]]:
+def validate_messages(messages: object) -> list[dict[str, str]]:
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise ValidationError("messages must be a non-empty list of {'role', 'content'} dicts")
     out = []
@@ -197,7 +197,7 @@ class LLM:
              max_tokens: int | None = None, temperature: float | None = None,
              use_cache: bool = True, deadline_s: float | None = None) -> Completion:
         """Answer ``messages``; raises :class:`LLMError` once retries or the deadline run out."""
-        msgs = _validate_messages(messages)
+        msgs = validate_messages(messages)
         options: dict[str, Any] = {
             "temperature": self.temperature if temperature is None else _positive(
                 "temperature", temperature, allow_zero=True),

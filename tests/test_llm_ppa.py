@@ -57,9 +57,11 @@ def test_partition_keeps_offsets_and_limits() -> None:
     leaves = partition(text, 120, c)
     assert len(leaves) > 1
     for a, b, n in leaves:
-        assert n <= 120 and n == c.count(text[a:b])
+        assert n <= 120
+        assert n == c.count(text[a:b])
         assert text[a:b] == text[a:b].strip()
-    assert leaves[0][0] == 0 and leaves[-1][1] == len(text)
+    assert leaves[0][0] == 0
+    assert leaves[-1][1] == len(text)
     joined = " ".join(text[a:b] for a, b, _ in leaves)
     assert joined.split() == text.split()  # nothing lost, in order
 
@@ -67,14 +69,17 @@ def test_partition_keeps_offsets_and_limits() -> None:
 def test_partition_splits_a_giant_sentence_by_words() -> None:
     text = " ".join(f"word{i}" for i in range(500))
     leaves = partition(text, 50, EstimateCounter())
-    assert all(n <= 50 for _, _, n in leaves) and len(leaves) >= 10
+    assert all(n <= 50 for _, _, n in leaves)
+    assert len(leaves) >= 10
     assert " ".join(text[a:b] for a, b, _ in leaves) == text
 
 
 def test_no_model_call_when_everything_fits() -> None:
     llm, fake = make_llm()
     res = ppa_compress(CHAT, 100_000, llm)
-    assert res.messages == CHAT and res.calls == 0 and fake.calls == 0
+    assert res.messages == CHAT
+    assert res.calls == 0
+    assert fake.calls == 0
     assert res.tokens_before == res.tokens_after
 
 
@@ -83,18 +88,24 @@ def test_compresses_every_long_message_to_the_budget_with_provenance() -> None:
     before = llm.count_messages(CHAT)
     budget = before // 4
     res = ppa_compress(CHAT, budget, llm, leaf_tokens=150)
-    assert res.tokens_after <= budget and llm.count_messages(res.messages) == res.tokens_after
+    assert res.tokens_after <= budget
+    assert llm.count_messages(res.messages) == res.tokens_after
     assert res.tokens_before == before
     assert sorted(res.summaries) == [1, 2]  # both long messages, not only the longest
-    assert res.messages[0] == CHAT[0] and res.messages[3] == CHAT[3]
+    assert res.messages[0] == CHAT[0]
+    assert res.messages[3] == CHAT[3]
     assert [m["role"] for m in res.messages] == [m["role"] for m in CHAT]
     for lf in res.leaves:
         src = CHAT[lf.message_index]["content"]
-        assert src[lf.start:lf.end].strip() and lf.tokens <= 150 and lf.summary
-    assert res.calls == fake.calls and res.calls >= len(res.leaves)
+        assert src[lf.start:lf.end].strip()
+        assert lf.tokens <= 150
+        assert lf.summary
+    assert res.calls == fake.calls
+    assert res.calls >= len(res.leaves)
     assert not res.truncated
     prov = res.provenance()
-    assert prov["tokens_after"] == res.tokens_after and len(prov["leaves"]) == len(res.leaves)
+    assert prov["tokens_after"] == res.tokens_after
+    assert len(prov["leaves"]) == len(res.leaves)
     # each leaf was summarised in isolation: its request holds only its own text
     leaf_reqs = [r for r in fake.requests if "Summarise this passage" in r["messages"][1]["content"]]
     assert len(leaf_reqs) == len(res.leaves)
@@ -116,7 +127,8 @@ def test_second_run_is_served_from_the_cache() -> None:
         first = ppa_compress(CHAT, 300, llm, leaf_tokens=150)
         calls = fake.calls
         second = ppa_compress(CHAT, 300, llm, leaf_tokens=150)
-        assert fake.calls == calls and second.calls == 0
+        assert fake.calls == calls
+        assert second.calls == 0
         assert second.cache_hits == first.calls
         assert second.messages == first.messages
 
@@ -129,7 +141,8 @@ def test_budget_guarantee_raises_or_truncates() -> None:
     with pytest.raises(BudgetExceededError):
         ppa_compress(CHAT, 200, llm, leaf_tokens=150)
     res = ppa_compress(CHAT, 200, llm, leaf_tokens=150, truncate=True)
-    assert res.truncated and res.tokens_after <= 200
+    assert res.truncated
+    assert res.tokens_after <= 200
 
 
 def test_impossible_budget_raises_budget_exceeded() -> None:

@@ -93,7 +93,7 @@ def _spans(text: str, start: int, end: int, limit: int, counter: TokenCounter
         parts.append((pos, m.start()))
         pos = m.end()
     parts.append((pos, len(piece)))
-    parts = [(a, b) for a, b in parts if piece[a:b].strip()]
+    parts = [_trim(piece, a, b) for a, b in parts if piece[a:b].strip()]
     if len(parts) <= 1:
         parts = [(s.start, s.end) for s in split_sentences(piece)]
     if len(parts) <= 1:
@@ -112,6 +112,14 @@ def _spans(text: str, start: int, end: int, limit: int, counter: TokenCounter
     for a, b in parts:
         result.extend(_spans(text, start + a, start + b, limit, counter))
     return result
+
+
+def _trim(text: str, a: int, b: int) -> tuple[int, int]:
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return a, b
 
 
 def partition(text: str, leaf_tokens: int, counter: TokenCounter) -> list[tuple[int, int, int]]:

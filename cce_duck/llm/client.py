@@ -195,14 +195,21 @@ class LLM:
 
     def chat(self, messages: Sequence[Mapping[str, Any]], *, prompt_version: str = "",
              max_tokens: int | None = None, temperature: float | None = None,
-             use_cache: bool = True, deadline_s: float | None = None) -> Completion:
-        """Answer ``messages``; raises :class:`LLMError` once retries or the deadline run out."""
+             use_cache: bool = True, deadline_s: float | None = None,
+             json_object: bool = False) -> Completion:
+        """Answer ``messages``; raises :class:`LLMError` once retries or the deadline run out.
+
+        ``json_object=True`` asks the server for a JSON object (``response_format``), which
+        OpenAI-compatible servers such as llama.cpp's enforce with a grammar.
+        """
         msgs = validate_messages(messages)
         options: dict[str, Any] = {
             "temperature": self.temperature if temperature is None else _positive(
                 "temperature", temperature, allow_zero=True),
             "max_tokens": self.max_tokens if max_tokens is None else max_tokens,
         }
+        if json_object:
+            options["response_format"] = {"type": "json_object"}
         if isinstance(options["max_tokens"], bool) or not isinstance(options["max_tokens"], int) or (
             options["max_tokens"] <= 0
         ):

@@ -44,3 +44,7 @@ INSERT INTO main.playbook_bullets BY NAME SELECT * FROM _b_bullets;
 -- name: bullet_next_id
 -- The next id of the global bullet counter.
 SELECT nextval('bullet_ids');
+
+-- name: bullet_last_id
+-- The last id the global bullet counter handed out (NULL before the first).
+SELECT last_value FROM duckdb_sequences() WHERE sequence_name = 'bullet_ids';

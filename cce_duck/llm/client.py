@@ -109,6 +109,8 @@ class LLM:
         context_window: Tokens the model accepts (prompt + reply); tools size their calls by it.
         tokenizer: Path of a ``tokenizer.json`` or ``.gguf`` file for exact counts
             (``CCE_LLM_TOKENIZER``), else an estimate.
+        json_schemas: Send the tools' JSON schemas with their requests (llama.cpp server form,
+            ``response_format={"type": "json_object", "schema": ...}``).
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class LLM:
         max_backoff_s: float = 30.0,
         context_window: int = 8192,
         tokenizer: str | None = None,
+        json_schemas: bool = False,
         cache_max_entries: int = 10_000,
         cache_max_age_s: float = 30 * 86400.0,
         sleep: Callable[[float], None] = time.sleep,
@@ -155,6 +158,7 @@ class LLM:
             raise ValidationError("context_window must be an integer >= 256")
         self.context_window = context_window
         self.counter: TokenCounter = token_counter(tokenizer)
+        self.json_schemas = bool(json_schemas)
         con = None
         if store is not None:
             st = getattr(store, "store", store)  # an Engine or a Store
@@ -196,11 +200,14 @@ class LLM:
     def chat(self, messages: Sequence[Mapping[str, Any]], *, prompt_version: str = "",
              max_tokens: int | None = None, temperature: float | None = None,
              use_cache: bool = True, deadline_s: float | None = None,
-             json_object: bool = False) -> Completion:
+             json_object: bool = False, json_schema: dict[str, Any] | None = None
+             ) -> Completion:
         """Answer ``messages``; raises :class:`LLMError` once retries or the deadline run out.
 
         ``json_object=True`` asks the server for a JSON object (``response_format``), which
-        OpenAI-compatible servers such as llama.cpp's enforce with a grammar.
+        OpenAI-compatible servers such as llama.cpp's enforce with a grammar; ``json_schema``
+        adds a schema to it in the llama.cpp server's form
+        (``{"type": "json_object", "schema": ...}``).
         """
         msgs = validate_messages(messages)
         options: dict[str, Any] = {
@@ -208,8 +215,10 @@ class LLM:
                 "temperature", temperature, allow_zero=True),
             "max_tokens": self.max_tokens if max_tokens is None else max_tokens,
         }
-        if json_object:
+        if json_object or json_schema is not None:
             options["response_format"] = {"type": "json_object"}
+            if json_schema is not None:
+                options["response_format"]["schema"] = json_schema
         if isinstance(options["max_tokens"], bool) or not isinstance(options["max_tokens"], int) or (
             options["max_tokens"] <= 0
         ):

@@ -27,6 +27,12 @@ __all__ = ["CompactionResult", "compact_messages", "render_summary"]
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 _KEYS = ("decisions", "facts", "open_items")
 SUMMARY_HEADER = "[Summary of earlier conversation]"
+_LIST = {"type": "array", "items": {"type": "string", "maxLength": 80}, "maxItems": 3}
+#: Sent with the request (``LLM(json_schemas=True)``) so a grammar-constrained server returns
+#: exactly these keys, short enough to finish.
+SCHEMA = {"type": "object", "properties": {
+    "goal": {"type": "string", "maxLength": 120}, "decisions": _LIST, "facts": _LIST,
+    "open_items": _LIST}, "required": ["goal", "decisions", "facts", "open_items"]}
 
 
 @dataclass
@@ -193,7 +199,8 @@ def _summarise(llm: LLM, middle: list[dict[str, Any]], cap: int, res: Compaction
     merged: dict[str, Any] = {"goal": "", "decisions": [], "facts": [], "open_items": []}
     for chunk in chunks:
         c = llm.chat(p.messages(text="\n".join(chunk), words=max(10, int(cap * 0.7))),
-                     prompt_version=p.key, max_tokens=reply_cap, json_object=True)
+                     prompt_version=p.key, max_tokens=reply_cap, json_object=True,
+                     json_schema=SCHEMA if llm.json_schemas else None)
         res.calls += not c.cached
         res.cache_hits += c.cached
         part = _coerce(parse_json_object(c.text))

@@ -152,6 +152,20 @@ def test_classify_error_names() -> None:
     assert classify_error(ConnectionError("x")).retryable
 
 
+def test_json_object_and_schema_are_sent_and_keyed() -> None:
+    with Engine(data_dir=None, embedder="hash") as eng:
+        llm, fake, _ = make(["{}", "{}", "{}"], store=eng)
+        llm.chat(MSGS, json_object=True)
+        assert fake.requests[-1]["options"]["response_format"] == {"type": "json_object"}
+        schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+        out = llm.chat(MSGS, json_schema=schema)
+        assert not out.cached  # the schema is part of the cache key
+        assert fake.requests[-1]["options"]["response_format"] == {"type": "json_object",
+                                                                   "schema": schema}
+        llm.chat(MSGS)
+        assert "response_format" not in fake.requests[-1]["options"]
+
+
 # -- input validation ------------------------------------------------------
 
 

@@ -115,6 +115,13 @@ def select(convs: list[Conversation], ids: str | None, limit: int | None) -> lis
     return convs[:limit] if limit else convs
 
 
+def spread(items: list[Any], n: int | None) -> list[Any]:
+    """``n`` items evenly spaced over ``items`` (all of them when ``n`` is ``None`` or larger)."""
+    if n is None or n >= len(items):
+        return items
+    return [items[i * len(items) // n] for i in range(n)]
+
+
 def session_id(conv: Conversation, n: int) -> str:
     """A valid session id for a conversation (its ``sample_id`` when it is one)."""
     sid = "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in conv.sample_id)[:64]
@@ -129,7 +136,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     counts: dict[str, int] = defaultdict(int)
     timing: dict[str, float] = defaultdict(float)
     details = args.details.open("w", encoding="utf-8") if args.details else None
-    questions = {id(c): [q for q in c.qa if q.get("category") in CATEGORIES][: args.questions]
+    questions = {id(c): spread([q for q in c.qa if q.get("category") in CATEGORIES], args.questions)
                  for c in convs}
     n_msgs = sum(len(c.messages) for c in convs)
     n_q = sum(len(v) for v in questions.values())
@@ -145,9 +152,10 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         for n, conv in enumerate(convs):
             sid = session_id(conv, n)
             t0 = time.perf_counter()
+            turn_nos: list[int] = []
             for i, m in enumerate(conv.messages):
-                eng.add_message(sid, m["role"], m["content"], timestamp=m["timestamp"],
-                                name=m["name"])
+                turn_nos.append(eng.add_message(sid, m["role"], m["content"],
+                                                timestamp=m["timestamp"], name=m["name"]))
                 if i % 50 == 49:
                     progress.advance(t_ingest, 50)
             eng.flush()
@@ -163,7 +171,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             full_words = content_words(index.full_text)
             for qa in questions[id(conv)]:
                 ask(eng, sid, conv, qa, index, by_dia, budgets, full_tokens, full_words, tally,
-                    counts, timing, details)
+                    counts, timing, details, turn_nos)
                 progress.advance(t_ask)
     if details:
         details.close()
@@ -195,7 +203,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
 def ask(eng: cce_duck.Engine, sid: str, conv: Conversation, qa: dict[str, Any], index: TurnIndex,
         by_dia: dict[str, int], budgets: list[int], full_tokens: int, full_words: set[str],
-        tally: Tally, counts: dict[str, int], timing: dict[str, float], details: Any) -> None:
+        tally: Tally, counts: dict[str, int], timing: dict[str, float], details: Any,
+        turn_nos: list[int]) -> None:
     """Score one question for every system and budget."""
     cat = int(qa["category"])
     counts[f"category_{cat}"] += 1
@@ -248,6 +257,7 @@ def ask(eng: cce_duck.Engine, sid: str, conv: Conversation, qa: dict[str, Any], 
                 "conversation": conv.sample_id, "session_id": sid, "budget": budget,
                 "category": cat, "question": question, "answer": qa.get("answer"),
                 "evidence_turns": ev_turns, "evidence_text": [index.turns[i].text for i in ev_turns],
+                "evidence_engine_turns": [turn_nos[i] for i in ev_turns],
                 "systems": record,
             }, default=str) + "\n")
 
@@ -330,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conversations", default=None, help="comma-separated sample_ids")
     ap.add_argument("--limit", type=_positive, default=None, help="only the first N conversations")
     ap.add_argument("--questions", type=_positive, default=None,
-                    help="only the first N questions (categories 1-4) of each conversation")
+                    help="only N questions (categories 1-4) of each conversation, evenly spread")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--details", type=Path, default=None,
                     help="write one JSON line per question and budget (contexts, explain)")

@@ -141,6 +141,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     n_msgs = sum(len(c.messages) for c in convs)
     n_q = sum(len(v) for v in questions.values())
     started = time.perf_counter()
+    commit = _git_commit()  # before the run: the tree may move while it runs
     with tempfile.TemporaryDirectory(prefix="cce-locomo-") as tmp, \
             cce_duck.Engine(data_dir=Path(tmp), embedder=args.embedder) as eng, \
             Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -180,7 +181,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cce_duck_version": cce_duck.__version__,
         "python": platform.python_version(), "platform": platform.platform(),
-        "git_commit": _git_commit(),
+        "git_commit": commit,
         "command": " ".join(["python", "benchmarks/locomo.py", *sys.argv[1:]]),
         "wall_s": round(time.perf_counter() - started, 1),
         "config": {

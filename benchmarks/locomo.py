@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.embedder not in cce_duck.available_embedders():
         ap.error(f"embedder not installed: {args.embedder} "
                  f"(have {', '.join(cce_duck.available_embedders())})")
-    console = Console(stderr=False)
+    console = Console(width=None if sys.stdout.isatty() else max(132, shutil.get_terminal_size().columns))
     doc = run(args, console)
     if len(doc["budgets"]) == 1:  # one budget: the systems block sits at the top, as documented
         (budget, block), = doc.pop("budgets").items()

@@ -143,3 +143,42 @@ def test_rewrite_keeps_the_catalog(data_dir: Path, conversation: list[dict[str, 
         assert eng.sql(qs).rows() == seqs
         top = int(eng.sql("SELECT max(note_id) FROM notes").item())
         assert int(eng.sql("SELECT nextval('note_ids')").item()) > top  # ids are never reused
+
+
+ORPHANS = {
+    "message vectors without a turn": "SELECT count(*) FROM message_vectors m ANTI JOIN turns t "
+                                      "USING (session_id, turn_no)",
+    "sentence vectors without a turn": "SELECT count(*) FROM sentence_vectors m ANTI JOIN turns t "
+                                       "USING (session_id, turn_no)",
+    "postings without a turn": "SELECT count(*) FROM postings m ANTI JOIN turns t "
+                               "USING (session_id, turn_no)",
+    "pins of a missing turn": "SELECT count(*) FROM pins p WHERE turn_no IS NOT NULL AND NOT EXISTS "
+                              "(SELECT 1 FROM turns t WHERE t.session_id = p.session_id "
+                              "AND t.turn_no = p.turn_no)",
+    "turns of a missing note": "SELECT count(*) FROM turns t WHERE note_id IS NOT NULL AND NOT "
+                               "EXISTS (SELECT 1 FROM notes n WHERE n.note_id = t.note_id)",
+    "notes without turns": "SELECT count(*) FROM notes n WHERE NOT EXISTS "
+                           "(SELECT 1 FROM turns t WHERE t.note_id = n.note_id)",
+}
+
+
+@pytest.mark.parametrize("ranges", [[(0, 0)], [(3, 9), (15, 15)], [(10, 19), (0, 2)],
+                                    [(5, 5), (6, 6), (7, 7)], [(0, 19)]])
+def test_nothing_is_left_dangling(engine: Engine, conversation: list[dict[str, Any]],
+                                  ranges: list[tuple[int, int]]) -> None:
+    engine.ingest("s", conversation)
+    engine.ingest("keep", conversation)
+    for t in range(0, 20, 3):
+        engine.pin("s", turn=t)
+    kept = {t: _count(engine, t, "session_id = 'keep'") for t in ("turns", "notes", "postings")}
+    gone: set[int] = set()
+    for first, last in ranges:
+        plan = engine.forget_plan("s", turns=(first, last))
+        gone |= set(plan.filter(kind="turn")["turn_no"].to_list())
+        engine.forget("s", turns=(first, last))
+        for what, sql in ORPHANS.items():
+            assert engine.sql(sql).item() == 0, what
+    left = set(engine.turns("s")["turn_no"].to_list())
+    assert left == set(range(20)) - gone
+    assert {t: _count(engine, t, "session_id = 'keep'") for t in kept} == kept
+    assert engine.add_message("s", "user", "next") == 20

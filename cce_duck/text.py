@@ -11,6 +11,9 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from cce_duck.scripts import FOLD, KATAKANA, MARKS, NO_SPACE, script_of
+from cce_duck.stopwords import OTHER_STOPWORDS, QUESTION_WORDS
+
 __all__ = [
     "STOPWORDS",
     "Sentence",
@@ -52,19 +55,20 @@ _QUESTION_WORDS: frozenset[str] = frozenset(
     ]
 )
 
-_CJK = (
-    "\u3040-\u30ff"  # Hiragana, Katakana
-    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
-    "\uac00-\ud7af"  # Hangul syllables
-)
-_CJK_RUN = re.compile(f"[{_CJK}]+")
-_WORD = re.compile(rf"[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*|[{_CJK}]+", re.UNICODE)
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+|(?<=[。！？])|\n+")
+_CJK = NO_SPACE  # kept name: scripts written without spaces between words
+_CJK_RUN = re.compile(f"[{NO_SPACE}]+")
+_LETTER = rf"[^\W_{NO_SPACE}]"
+_WORD_BODY = rf"{_LETTER}(?:{_LETTER}|[{MARKS}])*"
+_WORD = re.compile(rf"{_WORD_BODY}(?:['’]{_WORD_BODY})*|[{NO_SPACE}]+", re.UNICODE)
+_ASCII_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
+_KATAKANA = re.compile(f"[{KATAKANA}]")
+_SENTENCE_START = frozenset(".!?¿¡…。！？\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?…।॥؟])[\"')\]]*\s+|(?<=[。！？])|\n+")
 _TOKEN_PIECE = re.compile(
-    rf"[{_CJK}]|[A-Za-z]+|\d+|[^\W\d_A-Za-z{_CJK}]+|\n|[ \t]{{2,}}|[^\w\s]",
+    rf"[{NO_SPACE}]|[A-Za-z]+|\d+|(?:[^\W\d_A-Za-z{NO_SPACE}]|[{MARKS}])+|\n|[ \t]{{2,}}|[^\w\s]",
     re.UNICODE,
 )
-
+_TOKEN_PIECE_ASCII = re.compile(r"[A-Za-z]+|\d+|\n|[ \t]{2,}|[^\w\s]")  # same pieces, ASCII only
 
 @dataclass(frozen=True, slots=True)
 class Sentence:
@@ -96,7 +100,14 @@ def _append_sentence(out: list[Sentence], text: str, start: int, end: int) -> No
 
 
 def _normalise(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold().replace("’", "'")
+    """NFKC, case folding, then :data:`cce_duck.scripts.FOLD` (digits, zero-width, Arabic, ё)."""
+    if text.isascii():
+        return text.lower()
+    return unicodedata.normalize("NFKC", text).casefold().translate(FOLD)
+
+
+_STOP: frozenset[str] = frozenset(_normalise(w) for w in STOPWORDS | OTHER_STOPWORDS)
+_QUESTION: frozenset[str] = frozenset(_normalise(w) for w in _QUESTION_WORDS | QUESTION_WORDS)
 
 
 def _stem(word: str) -> str:
@@ -117,52 +128,89 @@ def _stem(word: str) -> str:
     return word
 
 
+def _bigrams(run: str) -> list[str]:
+    return [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+
+
 def _tokens(text: str) -> list[str]:
-    """Lower-cased words; runs of CJK characters become overlapping character bigrams."""
+    """Normalised words; runs of scripts written without spaces become character bigrams."""
+    norm = _normalise(text)
+    if norm.isascii():
+        return _ASCII_WORD.findall(norm)
     out: list[str] = []
-    for m in _WORD.finditer(_normalise(text)):
+    for m in _WORD.finditer(norm):
         w = m.group(0)
         if _CJK_RUN.fullmatch(w):
-            out.extend([w] if len(w) == 1 else [w[i : i + 2] for i in range(len(w) - 1)])
+            out.extend(_bigrams(w))
         else:
             out.append(w)
     return out
 
 
+def _keep(word: str) -> bool:
+    return word not in _STOP and (len(word) > 1 or word.isdigit() or not word.isascii())
+
+
 def terms(text: str) -> list[str]:
-    """BM25 terms of a text: normalised words without stop words, lightly stemmed."""
-    out = []
-    for w in _tokens(text):
-        if w in STOPWORDS or (len(w) < 2 and w.isascii() and not w.isdigit()):
-            continue
-        out.append(_stem(w))
-    return out
+    """BM25 terms of a text: normalised words without stop words, lightly stemmed.
+
+    Works for any script: combining marks stay inside words (Devanagari, Arabic, decomposed
+    accents), Chinese/Japanese/Korean/Thai runs become overlapping character bigrams, any
+    decimal digit becomes ASCII, and Latin accents stay distinguishable (``año`` is not ``ano``).
+    """
+    return [_stem(w) for w in _tokens(text) if _keep(w)]
 
 
 def query_terms(query: str) -> list[tuple[str, float]]:
     """Distinct search terms of a question with weights.
 
-    Names, acronyms, identifiers and numbers (the words a user expects to be matched exactly)
-    weigh 2.0; other content words 1.0; question filler words are dropped.
+    Distinctive terms (the words a user expects to be matched exactly) weigh 2.0: numbers in
+    any digits; names and acronyms in cased scripts (a capital not at a sentence start, after
+    ``.?!¿¡。`` etc., or several capitals); a word in another script than most of the question
+    (``DuckDB`` in a Chinese or Hindi question); katakana (Japanese names and loanwords).
+    Other content words weigh 1.0; question filler words of several languages are dropped.
     """
+    text = unicodedata.normalize("NFKC", query)
+    if not text.isascii():
+        text = text.translate(FOLD)
+    words = list(_WORD.finditer(text))
+    main_script = _main_script([m.group(0) for m in words]) if not text.isascii() else "latin"
     seen: dict[str, float] = {}
-    for m in _WORD.finditer(unicodedata.normalize("NFKC", query)):
+    prev_end = 0
+    for m in words:
         raw = m.group(0)
-        distinctive = any(c.isdigit() for c in raw) or (raw[:1].isupper() and m.start() > 0) or (
-            sum(c.isupper() for c in raw) > 1
-        )
+        sentence_start = prev_end == 0 or any(c in _SENTENCE_START for c in text[prev_end:m.start()])
+        prev_end = m.end()
+        distinctive = any(c.isdigit() for c in raw) or (
+            raw[:1].isupper() and not sentence_start) or sum(c.isupper() for c in raw) > 1 or (
+            main_script != "latin" and script_of(raw) != main_script)
+        if _CJK_RUN.fullmatch(raw):
+            norm = _normalise(raw)
+            for i, bigram in enumerate(_bigrams(norm)):
+                if bigram in _QUESTION or not _keep(bigram):
+                    continue
+                kana = bool(_KATAKANA.match(raw[i])) and bool(_KATAKANA.match(raw[i + 1 : i + 2] or raw[i]))
+                weight = 2.0 if distinctive or kana else 1.0
+                seen[bigram] = max(seen.get(bigram, 0.0), weight)
+            continue
         for t in terms(raw):
-            if t in _QUESTION_WORDS:
+            if t in _QUESTION:
                 continue
             seen[t] = max(seen.get(t, 0.0), 2.0 if distinctive else 1.0)
     return list(seen.items())
 
 
+def _main_script(words: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for w in words:
+        s = script_of(w)
+        counts[s] = counts.get(s, 0) + len(w)
+    return max(counts, key=lambda k: counts[k]) if counts else "latin"
+
+
 def content_words(text: str) -> set[str]:
-    """Distinct lower-cased alphanumeric words of 3+ letters that are not stop words."""
-    return {
-        w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) >= 3 and w not in STOPWORDS
-    }
+    """Distinct normalised words of 3+ characters that are not stop words (CJK: bigrams)."""
+    return {w for w in _tokens(text) if w not in _STOP and (len(w) >= 3 or _CJK_RUN.match(w))}
 
 
 def estimate_tokens(text: str) -> int:
@@ -175,7 +223,7 @@ def estimate_tokens(text: str) -> int:
     if not text:
         return 0
     n = 0
-    for m in _TOKEN_PIECE.finditer(text):
+    for m in (_TOKEN_PIECE_ASCII if text.isascii() else _TOKEN_PIECE).finditer(text):
         piece = m.group(0)
         c = piece[0]
         if c.isascii() and c.isalpha():

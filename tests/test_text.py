@@ -113,7 +113,7 @@ def test_terms_leave_singulars_ending_in_s(word: str) -> None:
 def test_terms_cjk_bigrams() -> None:
     assert terms("東京タワー") == ["東京", "京タ", "タワ", "ワー"]
     assert terms("猫") == ["猫"]
-    assert terms("DuckDB で 東京") == ["duckdb", "で", "東京"]
+    assert terms("DuckDB で 東京") == ["duckdb", "東京"]  # で is a stop particle
 
 
 def test_terms_normalise_unicode() -> None:

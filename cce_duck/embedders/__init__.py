@@ -1,4 +1,7 @@
-"""Embedder registry: ``get_embedder("auto" | "onnx" | "neural" | "hash" | registered name)``."""
+"""Embedder registry: ``get_embedder("auto" | "onnx" | "multilingual" | "neural" | "hash" | name)``.
+
+``auto`` prefers the English ``onnx`` default; the ``multilingual`` embedder is used only when asked for.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from collections.abc import Callable
 
 from cce_duck.embedders.base import CachedEmbedder, Embedder, Kind, Matrix
 from cce_duck.embedders.hash import HashEmbedder
+from cce_duck.embedders.multilingual import MultilingualEmbedder, multilingual_available
 from cce_duck.embedders.onnx import OnnxEmbedder, onnx_files
 from cce_duck.errors import ValidationError
 
@@ -16,6 +20,7 @@ __all__ = [
     "HashEmbedder",
     "Kind",
     "Matrix",
+    "MultilingualEmbedder",
     "OnnxEmbedder",
     "available_embedders",
     "get_embedder",
@@ -45,6 +50,8 @@ def available_embedders() -> list[str]:
         names.append("onnx")
     if importlib.util.find_spec("sentence_transformers") is not None:
         names.append("neural")
+    if multilingual_available():
+        names.append("multilingual")
     names.append("hash")
     names.extend(n for n in _REGISTRY if n not in names)
     return names
@@ -62,6 +69,8 @@ def get_embedder(name: str = "auto") -> CachedEmbedder:
         inner = HashEmbedder()
     elif name == "onnx":
         inner = OnnxEmbedder()
+    elif name == "multilingual":
+        inner = MultilingualEmbedder()
     elif name == "neural":
         inner = _neural()
     else:

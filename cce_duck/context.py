@@ -60,6 +60,8 @@ class ContextRequest:
             raise ValidationError(f"last_turns must be a positive integer, got {self.last_turns!r}")
         if not isinstance(self.query, str):
             raise ValidationError("query must be a string")
+        if not self.query.isascii():  # lone surrogates cannot reach DuckDB: replace them
+            object.__setattr__(self, "query", self.query.encode("utf-8", "replace").decode("utf-8"))
         if self.since and self.until and self.since > self.until:
             raise ValidationError("since is after until")
 

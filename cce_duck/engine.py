@@ -192,6 +192,7 @@ class Engine(ManagementMixin):
         sid = self._existing(session_id)
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("query must be a non-empty string")
+        query = query.encode("utf-8", "replace").decode("utf-8")  # lone surrogates become '?'
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
             raise ValidationError("k must be a positive integer")
         window = Window.parse(since, until, last_turns)

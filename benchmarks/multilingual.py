@@ -11,7 +11,9 @@ questions asked in English about facts said in those languages. A language's 5 c
 For each embedder a question counts as *found* when its answering turn is in the context that
 ``Engine.context(session, question, max_tokens=500)`` builds (quoted in a note or sent as a
 verbatim turn); ``fact`` counts the stricter case where the answer's words themselves are in the
-context text (a quote may be a clipped sentence). Two lexical baselines pack whole raw turns,
+context text (a quote may be a clipped sentence); ``dense_top5`` tells how often the answering
+turn is among the 5 best turns by the embedder's similarity alone (no BM25, no recency), which
+shows what the embedder itself contributes. Two lexical baselines pack whole raw turns,
 best BM25 first, until the same budget is full: ``bm25_raw`` with this project's Unicode-aware
 terms, and ``bm25_raw_ascii_only`` that, like the system this project replaces, matches
 Latin-script terms only.
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.multilingual_data import CONVERSATIONS, LANGUAGES, Conversation
 from cce_duck import Engine
+from cce_duck.embedders import get_embedder
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload
 from cce_duck.text import estimate_tokens, query_terms, terms
 
@@ -47,6 +50,7 @@ __all__ = [
     "ascii_only_terms",
     "bm25_pack",
     "context_turns",
+    "embed_rate",
     "main",
     "messages",
     "run_baselines",
@@ -137,12 +141,17 @@ def _score(rows: list[dict[str, Any]]) -> dict[str, Any]:
         sel = [r for r in rows if r["kind"] == kind]
         out[kind] = {"found": sum(r["found"] for r in sel), "fact": sum(r["fact"] for r in sel),
                      "questions": len(sel)}
+        if sel and "dense_top5" in sel[0]:
+            out[kind]["dense_top5"] = sum(r["dense_top5"] for r in sel)
     return out
 
 
 def run_embedder(name: str, convs: Sequence[Conversation] = CONVERSATIONS,
-                 max_tokens: int = 500) -> dict[str, Any]:
-    """Ingest each language's session with embedder ``name`` and ask every question."""
+                 max_tokens: int = 500, speed: bool = True) -> dict[str, Any]:
+    """Ingest each language's session with embedder ``name`` and ask every question.
+
+    ``speed`` also times the bare embedder (:func:`embed_rate`) on every turn.
+    """
     result: dict[str, Any] = {"languages": {}, "questions": []}
     ingest_s = query_s = 0.0
     n_queries = 0
@@ -159,9 +168,12 @@ def run_embedder(name: str, convs: Sequence[Conversation] = CONVERSATIONS,
                 query_s += time.perf_counter() - start
                 n_queries += 1
                 assert payload.tokens <= max_tokens
+                hits = eng.search(lang, question, k=100).sort("dense", descending=True)
+                dense_top5 = turn in hits["turn_no"].head(5).to_list()
                 rows.append({"language": lang, "kind": kind, "question": question, "turn": turn,
                              "found": turn in context_turns(payload),
-                             "fact": fact in payload.to_string(), "tokens": payload.tokens})
+                             "fact": fact in payload.to_string(), "dense_top5": dense_top5,
+                             "tokens": payload.tokens})
         finally:
             eng.close()
         result["languages"][lang] = _score(rows)
@@ -169,7 +181,23 @@ def run_embedder(name: str, convs: Sequence[Conversation] = CONVERSATIONS,
     result["total"] = _score(result["questions"])
     result["ingest_seconds"] = round(ingest_s, 2)
     result["query_ms_mean"] = round(1000 * query_s / max(n_queries, 1), 1)
+    if speed:
+        result["embed_texts_per_s"] = embed_rate(name, [t for c in convs for t in c.turns])
     return result
+
+
+def embed_rate(name: str, texts: Sequence[str]) -> dict[str, float]:
+    """Texts per second of the bare embedder (no cache): one at a time, and as one batch."""
+    inner = get_embedder(name).inner
+    inner.embed([texts[0]])  # load the model
+    start = time.perf_counter()
+    for t in texts:
+        inner.embed([t])
+    one = len(texts) / (time.perf_counter() - start)
+    start = time.perf_counter()
+    inner.embed(list(texts))
+    batch = len(texts) / (time.perf_counter() - start)
+    return {"one_at_a_time": round(one, 1), "batch": round(batch, 1)}
 
 
 def run_baselines(convs: Sequence[Conversation] = CONVERSATIONS,
@@ -195,7 +223,8 @@ def run_baselines(convs: Sequence[Conversation] = CONVERSATIONS,
 def table(results: dict[str, dict[str, Any]]) -> str:
     """A Markdown table: answering turn in context, per language (native) and cross-lingual."""
     langs = [lang for lang in LANGUAGES if any(lang in r["languages"] for r in results.values())]
-    head = ["method", *[lang for lang in langs], "all native", "cross-lingual (EN)"]
+    head = ["method", *[lang for lang in langs], "all native", "cross-lingual (EN)",
+            "answer text in context (native / cross)", "dense top-5 (native / cross)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in results.items():
         cells = [name]
@@ -205,6 +234,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         t = r["total"]
         cells.append(f"**{t['native']['found']}/{t['native']['questions']}**")
         cells.append(f"{t['cross']['found']}/{t['cross']['questions']}")
+        cells.append(f"{t['native']['fact']} / {t['cross']['fact']}")
+        cells.append(f"{t['native']['dense_top5']} / {t['cross']['dense_top5']}"
+                     if "dense_top5" in t["native"] else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -227,9 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     results.update(run_baselines(max_tokens=args.max_tokens))
     print(table(results))
     for name, r in results.items():
-        if "ingest_seconds" in r:
+        if "embed_texts_per_s" in r:
+            rate = r["embed_texts_per_s"]
             print(f"{name}: ingest {r['ingest_seconds']} s for {sum(len(c.turns) for c in CONVERSATIONS)}"
-                  f" turns, context {r['query_ms_mean']} ms per question")
+                  f" turns, context {r['query_ms_mean']} ms per question, bare embedder "
+                  f"{rate['one_at_a_time']} texts/s one at a time, {rate['batch']} in one batch")
     failed = []
     for name, target in TARGETS.items():
         if name in results:

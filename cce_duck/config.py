@@ -36,7 +36,7 @@ class Config:
 
     Attributes:
         data_dir: Folder holding ``memory.duckdb``; ``None`` keeps everything in memory.
-        embedder: ``auto``, ``onnx``, ``neural``, ``hash`` or any registered name.
+        embedder: ``auto``, ``onnx``, ``multilingual``, ``neural``, ``hash`` or a registered name.
         hot_tier_max_turns: Most recent turns kept verbatim in every context.
         live_batch_turns: Turns that leave the hot window are compressed this many at a time.
         context_max_tokens: Default hard cap of a built context.

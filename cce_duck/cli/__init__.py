@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.progress import track
 
 from cce_duck import __version__
+from cce_duck.cli.common import DataDir, EmbedderOpt, JsonOpt, _engine, _fail, app
 from cce_duck.cli.output import Format, console, print_frame, print_json
 from cce_duck.config import Config
 from cce_duck.engine import Engine
@@ -21,30 +22,8 @@ from cce_duck.messages import parse_transcript
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(
-    help="cce_duck: memory for AI assistants on DuckDB. Data folder: --data-dir or CCE_DATA_DIR.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-
-DataDir = Annotated[Path | None, typer.Option("--data-dir", "-d", envvar="CCE_DATA_DIR",
-                                              help="Data folder (default .cce_data).")]
-EmbedderOpt = Annotated[str | None, typer.Option("--embedder", "-e", envvar="CCE_EMBEDDER",
-                                                 help="auto, onnx, neural or hash.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def _engine(data_dir: Path | None, embedder: str | None = None, read_only: bool = False
-            ) -> Engine:
-    cfg = Config.from_env(embedder=embedder)
-    if data_dir is not None:
-        cfg = cfg.with_(data_dir=data_dir)
-    return Engine(cfg, read_only=read_only)
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(2)
+# Command modules register themselves on ``app`` when imported.
+from cce_duck.cli import serve as _serve  # noqa: F401
 
 
 @app.command()

@@ -11,9 +11,10 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["Format", "console", "print_frame", "print_json"]
+__all__ = ["Format", "console", "err_console", "print_frame", "print_json"]
 
 console = Console()
+err_console = Console(stderr=True)
 
 
 class Format(StrEnum):

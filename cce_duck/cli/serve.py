@@ -1,0 +1,84 @@
+"""``cce serve rest|mcp|proxy``: run a network adapter over the data folder."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cce_duck.cli.common import DataDir, EmbedderOpt, _fail, app
+from cce_duck.config import Config
+from cce_duck.errors import CCEError
+
+__all__ = ["serve_app"]
+
+serve_app = typer.Typer(help="Run a server over the data folder (needs the 'server' extra).",
+                        no_args_is_help=True)
+app.add_typer(serve_app, name="serve")
+
+Host = Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")]
+
+
+def _config(data_dir: DataDir, embedder: str | None) -> Config:
+    cfg = Config.from_env(embedder=embedder)
+    return cfg if data_dir is None else cfg.with_(data_dir=data_dir)
+
+
+def _need_extra(exc: ImportError) -> typer.Exit:
+    return _fail(RuntimeError(f"{exc.name or exc} is missing: pip install 'cce_duck[server]'"))
+
+
+@serve_app.command("rest")
+def rest(
+    host: Host = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", help="TCP port.")] = 9100,
+    data_dir: DataDir = None,
+    embedder: EmbedderOpt = None,
+) -> None:
+    """REST API (FastAPI) with OpenAPI docs at /docs; keys from CCE_API_KEY / CCE_API_KEYS."""
+    try:
+        from cce_duck.server.rest import create_app
+        from cce_duck.server.run import serve
+    except ImportError as exc:
+        raise _need_extra(exc) from None
+    try:
+        serve("rest", _config(data_dir, embedder), host, port, lambda eng, keys: create_app(eng, keys))
+    except CCEError as exc:
+        raise _fail(exc) from None
+
+
+@serve_app.command("proxy")
+def proxy(
+    upstream: Annotated[str, typer.Option("--upstream", "-u", envvar="CCE_UPSTREAM",
+                                          help="Base URL of the model server, e.g. http://host/v1.")],
+    host: Host = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", help="TCP port.")] = 9200,
+    max_tokens: Annotated[int | None, typer.Option(
+        "--max-tokens", "-m", help="Chats longer than this are trimmed to this budget.")] = None,
+    data_dir: DataDir = None,
+    embedder: EmbedderOpt = None,
+) -> None:
+    """OpenAI-compatible proxy that trims long chats on the way to --upstream."""
+    try:
+        from cce_duck.server.proxy import create_proxy
+        from cce_duck.server.run import serve
+    except ImportError as exc:
+        raise _need_extra(exc) from None
+    try:
+        serve("proxy", _config(data_dir, embedder), host, port,
+              lambda eng, keys: create_proxy(eng, upstream, keys, max_tokens=max_tokens))
+    except CCEError as exc:
+        raise _fail(exc) from None
+
+
+@serve_app.command("mcp")
+def mcp(data_dir: DataDir = None, embedder: EmbedderOpt = None) -> None:
+    """MCP server over stdio (for Claude Desktop, Cursor, VS Code and other MCP clients)."""
+    try:
+        from cce_duck.server.mcp_tools import run_stdio
+    except ImportError as exc:
+        raise _need_extra(exc) from None
+    try:
+        run_stdio(_config(data_dir, embedder))
+    except CCEError as exc:
+        raise _fail(exc) from None

@@ -1,0 +1,144 @@
+"""REST adapter (FastAPI): ``cce serve rest`` — every route parses, calls one library function, formats.
+
+OpenAPI docs at ``/docs``. Keys: see :mod:`cce_duck.server.keys`; errors: see
+:mod:`cce_duck.server.http`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Security
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.security import APIKeyHeader, HTTPBearer
+
+from cce_duck import __version__, pipeline
+from cce_duck.adhoc import read_only_query
+from cce_duck.engine import Engine
+from cce_duck.messages import validate_session_id
+from cce_duck.server.http import BodyLimit, Guard, install_error_handlers
+from cce_duck.server.keys import KeyRing, Principal
+from cce_duck.server.models import CompressIn, ContextIn, MessagesIn, SqlIn
+
+__all__ = ["create_app", "router"]
+
+_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key")
+_bearer = HTTPBearer(auto_error=False, description="API key as a Bearer token")
+
+router = APIRouter(prefix="/v1")
+
+
+def guard(request: Request) -> Guard:
+    """The server's engine and keys."""
+    g: Guard = request.app.state.guard
+    return g
+
+
+def principal(request: Request, _k: Annotated[str | None, Security(_api_key)] = None,
+              _b: Annotated[Any, Security(_bearer)] = None) -> Principal:
+    """Authenticate the caller (401 without a valid key when keys are configured)."""
+    return guard(request).principal(request, "x-api-key")
+
+
+Who = Annotated[Principal, Depends(principal)]
+G = Annotated[Guard, Depends(guard)]
+
+
+def session(session_id: str, who: Who) -> str:
+    """A valid session id (400) that the caller's key may use (403, whether it exists or not)."""
+    sid = validate_session_id(session_id)
+    who.check(sid)
+    return sid
+
+
+Sid = Annotated[str, Depends(session)]
+
+
+def _rows(df: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = df.to_dicts()
+    return rows
+
+
+@router.post("/compress", tags=["stateless"])
+def compress(body: CompressIn, _: Who) -> dict[str, Any]:
+    """Compress a history and build the context for ``query`` in one call; nothing is stored."""
+    msgs = [m.model_dump(exclude_none=True) for m in body.messages]
+    return pipeline.compress(msgs, body.query, body.max_tokens).to_dict()
+
+
+@router.get("/sessions", tags=["sessions"])
+def list_sessions(g: G, who: Who) -> dict[str, Any]:
+    """Sessions the key may use, with turn and note counts."""
+    rows = _rows(g.call(g.engine.sessions))
+    return {"sessions": [r for r in rows if who.allows(str(r["session_id"]))]}
+
+
+@router.post("/sessions/{session_id}/messages", tags=["sessions"])
+def add_messages(sid: Sid, body: MessagesIn, g: G) -> dict[str, Any]:
+    """Append messages to a session (created on first use); returns their turn numbers."""
+    msgs = [m.model_dump(exclude_none=True) for m in body.messages]
+    return {"session_id": sid, "turns": g.call(g.engine.add_messages, sid, msgs)}
+
+
+@router.post("/sessions/{session_id}/context", tags=["sessions"])
+def context(sid: Sid, body: ContextIn, g: G) -> dict[str, Any]:
+    """The token-capped context for the question about to be asked."""
+    payload = g.call(g.engine.context, sid, body.query, max_tokens=body.max_tokens,
+                     top_k=body.top_k, since=body.since, until=body.until,
+                     last_turns=body.last_turns, explain=body.explain)
+    return payload.to_dict()
+
+
+@router.get("/sessions/{session_id}/summary", tags=["sessions"])
+def summary(sid: Sid, g: G) -> dict[str, Any]:
+    """The cold-tier summary of a closed session (``null`` while it is open)."""
+    return {"session_id": sid, "summary": g.call(g.engine.summary, sid)}
+
+
+@router.get("/sessions/{session_id}/stats", tags=["sessions"])
+def stats(sid: Sid, g: G) -> dict[str, Any]:
+    """Sizes, tiers and compression of one session."""
+    rows = _rows(g.call(g.engine.stats, sid))
+    return rows[0] if rows else {"session_id": sid}
+
+
+@router.post("/sessions/{session_id}/close", tags=["sessions"])
+def close(sid: Sid, g: G) -> dict[str, Any]:
+    """Compress what is pending, write the session summary and close the session."""
+    return {"session_id": sid, "summary": g.call(g.engine.close_session, sid)}
+
+
+@router.post("/admin/sql", tags=["admin"])
+def sql(body: SqlIn, g: G, who: Who) -> dict[str, Any]:
+    """One read-only SQL statement over the store (admin keys only); used by ``cce sql``."""
+    who.require_admin()
+    df = g.call(read_only_query, g.engine, body.sql)
+    return {"columns": df.columns, "types": [str(t) for t in df.dtypes], "rows": df.rows()}
+
+
+def _health(request: Request) -> dict[str, Any]:
+    g: Guard = request.app.state.guard
+    return {"status": "ok", "version": __version__, "embedder": g.engine.embedder_name}
+
+
+def create_app(engine: Engine, keys: KeyRing | None = None, *, cors_origins: list[str] | None = None,
+               max_body: int | None = None) -> FastAPI:
+    """The REST app over an open engine (the caller owns and closes the engine)."""
+    app = FastAPI(title="cce_duck", version=__version__,
+                  description="Memory for AI assistants on DuckDB: sessions, context, management.")
+    app.state.guard = Guard(engine, keys if keys is not None else KeyRing.from_env())
+    install_error_handlers(app)
+    app.include_router(router)
+    from cce_duck.server import manage_routes
+
+    app.include_router(manage_routes.router)
+    app.add_api_route("/health", _health, methods=["GET"], tags=["health"],
+                      summary="Liveness, version and embedder (no key needed)")
+    origins = cors_origins if cors_origins is not None else [
+        o.strip() for o in os.environ.get("CCE_CORS_ORIGINS", "").split(",") if o.strip()]
+    if origins:
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"],
+                           allow_headers=["*"])
+    app.add_middleware(BodyLimit, limit=max_body)
+    return app

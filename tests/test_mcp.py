@@ -1,0 +1,164 @@
+"""MCP server end to end: the official ``mcp`` client starts ``cce serve mcp`` as a subprocess and
+talks to it over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from conftest import topic_messages
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from cce_duck import Engine
+
+Call = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, Any]]]
+
+
+def run_client(data_dir: Path, tmp_path: Path, body: Callable[[ClientSession, Call], Awaitable[None]],
+               command: tuple[str, ...] = (sys.executable, "-m", "cce_duck.cli", "serve", "mcp")
+               ) -> None:
+    """Start the server with ``command`` and run ``body`` with a connected client."""
+    params = StdioServerParameters(
+        command=command[0], args=list(command[1:]),
+        env={**os.environ, "CCE_DATA_DIR": str(data_dir), "CCE_EMBEDDER": "hash"})
+
+    async def main() -> None:
+        with (tmp_path / "server-stderr.txt").open("w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+
+                async def call(name: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
+                    res = await session.call_tool(name, arguments)
+                    text = "".join(getattr(c, "text", "") for c in res.content)
+                    if res.is_error:
+                        return True, text
+                    return False, res.structured_content or json.loads(text)
+
+                await body(session, call)
+
+    asyncio.run(asyncio.wait_for(main(), timeout=120))
+
+
+def jmsgs(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**m, "timestamp": m["timestamp"].isoformat()} for m in msgs]
+
+
+def test_tools_end_to_end(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+
+    async def body(session: ClientSession, call: Call) -> None:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert {"cce_ingest_turn", "cce_ingest_history", "cce_retrieve_context",
+                "cce_summarize_session", "cce_session_stats", "cce_close_session",
+                "cce_list_sessions", "cce_stateless_compress", "cce_sql"} <= set(tools)
+        assert tools["cce_ingest_turn"].input_schema["additionalProperties"] is False
+        err, out = await call("cce_ingest_history", {"session_id": "s1",
+                                                     "messages": jmsgs(topic_messages())})
+        assert not err, out
+        assert out["stored_turns"] == list(range(20))
+        err, out = await call("cce_ingest_turn", {"session_id": "s1", "role": "user",
+                                                  "content": "The wifi password is ZEBRA-4471."})
+        assert (err, out["turn"]) == (False, 20)
+        err, out = await call("cce_retrieve_context", {
+            "session_id": "s1", "query": "How much is a piano lesson?", "max_tokens": 150,
+            "explain": True, "until": "2024-06-01"})
+        assert not err, out
+        assert out["tokens"] <= 150
+        assert "thirty dollars" in out["context"]
+        assert "ZEBRA" not in out["context"]  # said after the time window
+        assert "explain" in out
+        err, out = await call("cce_session_stats", {"session_id": "s1"})
+        assert out["turns"] == 21
+        err, out = await call("cce_summarize_session", {"session_id": "s1"})
+        assert out["summary"] is None
+        assert len(out["topics"]) >= 4
+        err, out = await call("cce_close_session", {"session_id": "s1"})
+        assert not err
+        assert out["summary"]
+        err, out = await call("cce_list_sessions", {})
+        assert [s["session_id"] for s in out["sessions"]] == ["s1"]
+        assert out["sessions"][0]["status"] == "closed"
+        err, out = await call("cce_sql", {"sql": "SELECT count(*) AS n FROM turns"})
+        assert out == {"columns": ["n"], "rows": [[21]]}
+        err, out = await call("cce_stateless_compress", {
+            "messages": jmsgs(topic_messages()), "query": "Who brings the grill?", "max_tokens": 120})
+        assert not err
+        assert out["tokens"] <= 120
+        assert "Marta" in out["context"]
+
+    run_client(data, tmp_path, body)
+    with Engine(data_dir=data, embedder="hash") as eng:  # the server closed the folder cleanly
+        assert eng.stats("s1").to_dicts()[0]["turns"] == 21
+        assert eng.sessions()["session_id"].to_list() == ["s1"]  # compress stored nothing
+
+
+def test_bad_arguments_are_tool_errors(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+
+    async def body(session: ClientSession, call: Call) -> None:
+        assert not (await call("cce_ingest_turn", {"session_id": "ok", "role": "user",
+                                                   "content": "hello"}))[0]
+        bad = [
+            ("cce_ingest_turn", {"session_id": "ok", "role": "user", "content": "x", "bogus": 1}),
+            ("cce_ingest_turn", {"session_id": "../x", "role": "user", "content": "x"}),
+            ("cce_ingest_turn", {"session_id": "ok", "role": "boss", "content": "x"}),
+            ("cce_ingest_turn", {"session_id": "ok", "role": "user", "content": ""}),
+            ("cce_ingest_turn", {"session_id": "ok", "role": "user", "content": "x",
+                                 "timestamp": "not a date"}),
+            ("cce_ingest_history", {"session_id": "ok", "messages": "hello"}),
+            ("cce_ingest_history", {"session_id": "ok",
+                                    "messages": [{"role": "user", "content": "a", "x": 1}]}),
+            ("cce_retrieve_context", {"session_id": "nope", "query": "x"}),
+            ("cce_retrieve_context", {"session_id": "ok", "query": "x", "max_tokens": -5}),
+            ("cce_retrieve_context", {"session_id": "ok", "query": "x", "since": "2024-13-99"}),
+            ("cce_session_stats", {"session_id": "nope"}),
+            ("cce_sql", {"sql": "DELETE FROM turns"}),
+            ("cce_sql", {"sql": "SELECT 1; SELECT 2"}),
+            ("cce_list_sessions", {"limit": 3}),
+            ("no_such_tool", {}),
+        ]
+        for name, arguments in bad:
+            err, text = await call(name, arguments)
+            assert err, (name, arguments, text)
+            assert isinstance(text, str)
+            assert text
+        err, out = await call("cce_retrieve_context", {"session_id": "nope", "query": "x"})
+        assert "NotFoundError" in out
+        err, out = await call("cce_sql", {"sql": "SELECT session_id, turn_no, content FROM turns"})
+        assert out["rows"] == [["ok", 0, "hello"]]
+
+    run_client(data, tmp_path, body)
+
+
+def test_cce_mcp_script(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("cce-mcp")
+    assert script.exists()
+
+    async def body(session: ClientSession, call: Call) -> None:
+        assert await call("cce_list_sessions", {}) == (False, {"sessions": []})
+        assert not (await call("cce_ingest_turn", {"session_id": "a", "role": "user",
+                                                   "content": "hi"}))[0]
+
+    run_client(tmp_path / "data", tmp_path, body, command=(str(script),))
+    with Engine(data_dir=tmp_path / "data", embedder="hash") as eng:
+        assert eng.sessions()["session_id"].to_list() == ["a"]
+
+
+def test_example_client_configs_start_this_server() -> None:
+    root = Path(__file__).resolve().parent.parent / "examples" / "mcp"
+    found = 0
+    for path in root.glob("*.json"):
+        cfg = json.loads(path.read_text())
+        servers = cfg.get("mcpServers") or cfg["servers"]
+        entry = servers["cce_duck"]
+        assert [entry["command"], *entry.get("args", [])] in (["cce-mcp"], ["cce", "serve", "mcp"])
+        assert "CCE_DATA_DIR" in entry["env"]
+        found += 1
+    assert found == 3

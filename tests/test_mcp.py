@@ -162,3 +162,36 @@ def test_example_client_configs_start_this_server() -> None:
         assert "CCE_DATA_DIR" in entry["env"]
         found += 1
     assert found == 3
+
+
+def test_pin_and_forget_with_confirm(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+
+    async def body(session: ClientSession, call: Call) -> None:
+        assert not (await call("cce_ingest_history", {"session_id": "s", "messages":
+                                                      jmsgs(topic_messages())}))[0]
+        err, out = await call("cce_pin_memory", {"session_id": "s", "text": "Call me Ishmael."})
+        assert not err, out
+        assert out["pin_id"] >= 1
+        err, out = await call("cce_retrieve_context", {"session_id": "s", "query": "piano?"})
+        assert "Call me Ishmael." in out["context"]
+        err, text = await call("cce_pin_memory", {"session_id": "s", "text": "a", "turn": 1})
+        assert err
+        err, text = await call("cce_forget_memory", {"session_id": "s", "start": 8, "end": 11})
+        assert err
+        assert "confirm=true" in text
+        assert "turn" in text
+        err, out = await call("cce_sql", {"sql": "SELECT count(*) FROM turns"})
+        assert out["rows"] == [[20]]  # nothing forgotten without confirm
+        err, text = await call("cce_forget_memory", {"session_id": "s", "start": 9, "end": 2,
+                                                     "confirm": True})
+        assert err
+        assert "ValidationError" in text
+        err, out = await call("cce_forget_memory", {"session_id": "s", "start": 8, "end": 11,
+                                                    "confirm": True})
+        assert not err, out
+        assert out["deleted"]["turns"] >= 4
+        err, out = await call("cce_sql", {"sql": "SELECT count(*) FROM turns WHERE content LIKE '%grill%'"})
+        assert out["rows"] == [[0]]
+
+    run_client(data, tmp_path, body)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
+import polars as pl
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ConfigDict, Field
@@ -147,6 +148,32 @@ def build_server(engine: Engine) -> MCPServer[Any]:
 
 def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
     """Pins, forgetting and export."""
+
+    @server.tool()
+    def cce_pin_memory(session_id: SessionId,
+                       text: Annotated[str | None, Field(None, min_length=1, max_length=100_000)] = None,
+                       turn: Annotated[int | None, Field(None, ge=0)] = None) -> dict[str, Any]:
+        """Pin a text (or a stored turn by number): it is kept first in every context of the session."""
+        return {"session_id": session_id, "pin_id": eng.call(e.pin, session_id, text, turn=turn)}
+
+    @server.tool()
+    def cce_forget_memory(session_id: SessionId,
+                          note_id: Annotated[int | None, Field(None, ge=0)] = None,
+                          start: Annotated[int | None, Field(None, ge=0)] = None,
+                          end: Annotated[int | None, Field(None, ge=0)] = None,
+                          confirm: bool = False) -> dict[str, Any]:
+        """Forget a note (note_id) or a turn range (start..end, inclusive) for good.
+
+        Without confirm=true nothing is removed: the tool fails and lists what would be.
+        """
+        turns = None if start is None and end is None else (start, end)
+        if not confirm:
+            plan = eng.call(e.forget_plan, session_id, note_id=note_id, turns=turns)
+            counts = plan.group_by("kind").agg(pl.col("rows").sum()).sort("kind").rows()
+            what = ", ".join(f"{n} {k}" for k, n in counts) or "nothing"
+            raise ToolError(f"nothing forgotten: call again with confirm=true to remove {what}")
+        deleted = eng.call(e.forget, session_id, note_id=note_id, turns=turns)
+        return {"session_id": session_id, "deleted": deleted}
 
 
 def _jsonable(value: Any) -> Any:

@@ -68,6 +68,7 @@ class ForgetIn(_Strict):
     node_id: int | None = Field(None, ge=0)
     start: int | None = Field(None, ge=0)
     end: int | None = Field(None, ge=0)
+    dry_run: bool = Field(False, description="Only return what would be removed")
 
     @model_validator(mode="after")
     def _one_form(self) -> ForgetIn:

@@ -117,6 +117,9 @@ def sql(body: SqlIn, g: G, who: Who) -> dict[str, Any]:
     return {"columns": df.columns, "types": [str(t) for t in df.dtypes], "rows": df.rows()}
 
 
+from cce_duck.server import manage_routes  # noqa: E402  (its routes use the dependencies above)
+
+
 def _health(request: Request) -> dict[str, Any]:
     g: Guard = request.app.state.guard
     return {"status": "ok", "version": __version__, "embedder": g.engine.embedder_name}
@@ -130,8 +133,6 @@ def create_app(engine: Engine, keys: KeyRing | None = None, *, cors_origins: lis
     app.state.guard = Guard(engine, keys if keys is not None else KeyRing.from_env())
     install_error_handlers(app)
     app.include_router(router)
-    from cce_duck.server import manage_routes
-
     app.include_router(manage_routes.router)
     app.add_api_route("/health", _health, methods=["GET"], tags=["health"],
                       summary="Liveness, version and embedder (no key needed)")

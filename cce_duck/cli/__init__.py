@@ -23,7 +23,9 @@ from cce_duck.messages import parse_transcript
 __all__ = ["app", "main"]
 
 # Command modules register themselves on ``app`` when imported.
+from cce_duck.cli import memory as _memory  # noqa: F401
 from cce_duck.cli import serve as _serve  # noqa: F401
+from cce_duck.cli import shell as _shell  # noqa: F401
 
 
 @app.command()
@@ -31,8 +33,9 @@ def demo(
     data_dir: Annotated[Path | None, typer.Option("--data-dir", "-d",
                                                   help="Folder to keep (default: a temporary one).")] = None,
     embedder: EmbedderOpt = None,
-    question: Annotated[str | None, typer.Option("--question", "-q")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-m")] = 300,
+    question: Annotated[str | None, typer.Option("--question", "-q",
+                                                 help="Ask this instead of the sample's question.")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-m", help="Token cap of the context.")] = 300,
 ) -> None:
     """Ingest the sample conversation live, then show the compressed memory and a context."""
     sample = json.loads((files("cce_duck.data") / "sample_conversation.json").read_text("utf-8"))
@@ -108,11 +111,12 @@ def ingest(
 def context(
     session: Annotated[str, typer.Argument(help="Session id.")],
     question: Annotated[str, typer.Argument(help="The question about to be asked.")],
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-m")] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-m", help="Token cap.")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Notes retrieved.")] = None,
     since: Annotated[str | None, typer.Option(help="ISO-8601 start of the time window.")] = None,
     until: Annotated[str | None, typer.Option(help="ISO-8601 end of the time window.")] = None,
-    last_turns: Annotated[int | None, typer.Option("--last-turns")] = None,
+    last_turns: Annotated[int | None, typer.Option("--last-turns",
+                                                   help="Only the session's last N turns.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Scores and budget split.")] = False,
     as_json: JsonOpt = False,
     data_dir: DataDir = None,
@@ -157,25 +161,6 @@ def sessions(as_json: JsonOpt = False, data_dir: DataDir = None) -> None:
     except CCEError as exc:
         raise _fail(exc) from None
     print_frame(df, Format.json if as_json else Format.table, title="sessions")
-
-
-@app.command()
-def sql(
-    query: Annotated[str, typer.Argument(help="SQL to run (macros such as cce_retrieve work).")],
-    fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.table,
-    out: Annotated[str | None, typer.Option("--out", help="File for --format parquet.")] = None,
-    write: Annotated[bool, typer.Option("--write", help="Open read-write.")] = False,
-    data_dir: DataDir = None,
-) -> None:
-    """Run one SQL statement over the data folder (read-only unless --write)."""
-    try:
-        with _engine(data_dir, read_only=not write) as eng:
-            df = eng.sql(query)
-    except CCEError as exc:
-        raise _fail(exc) from None
-    except Exception as exc:  # DuckDB errors: show them plainly
-        raise _fail(exc) from None
-    print_frame(df, fmt, out=out)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from rich.progress import track
 
 from cce_duck import __version__
 from cce_duck.cli.common import DataDir, EmbedderOpt, JsonOpt, _engine, _fail, app
-from cce_duck.cli.output import Format, console, print_frame, print_json
+from cce_duck.cli.output import Format, console, err_console, print_frame, print_json
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
@@ -79,6 +79,7 @@ def demo(
 def ingest(
     file: Annotated[Path, typer.Argument(help="JSON messages or a 'User:/Assistant:' transcript.")],
     session: Annotated[str, typer.Option("--session", "-s", help="Session id.")],
+    as_json: JsonOpt = False,
     data_dir: DataDir = None,
     embedder: EmbedderOpt = None,
 ) -> None:
@@ -98,11 +99,16 @@ def ingest(
             chunk = 64
             added: list[int] = []
             items = list(messages) if isinstance(messages, list) else messages
-            for i in track(range(0, len(items), chunk), description="ingesting", console=console):
+            for i in track(range(0, len(items), chunk), description="ingesting",
+                           console=err_console):
                 added.extend(eng.ingest(session, items[: i + chunk], compress=i + chunk >= len(items)))
             stats = eng.stats(session).to_dicts()[0]
-        console.print(f"stored {len(added)} new messages in {session!r}: {stats['turns']} turns, "
-                      f"{stats['notes']} notes")
+        if as_json:
+            print_json({"session_id": session, "stored": len(added), "turns": stats["turns"],
+                        "notes": stats["notes"]})
+        else:
+            console.print(f"stored {len(added)} new messages in {session!r}: {stats['turns']} "
+                          f"turns, {stats['notes']} notes")
     except (CCEError, KeyError, TypeError) as exc:
         raise _fail(exc) from None
 

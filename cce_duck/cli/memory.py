@@ -63,6 +63,7 @@ def pin(
     session: Session,
     text: Annotated[str | None, typer.Argument(help="Text to keep in every context.")] = None,
     turn: Annotated[int | None, typer.Option("--turn", "-t", help="Pin a stored turn instead.")] = None,
+    as_json: JsonOpt = False,
     data_dir: DataDir = None,
 ) -> None:
     """Keep a text (or a stored turn) first in every context of a session."""
@@ -71,7 +72,10 @@ def pin(
             pin_id = eng.pin(session, text, turn=turn)
     except CCEError as exc:
         raise _fail(exc) from None
-    console.print(f"pinned as {pin_id}")
+    if as_json:
+        print_json({"session_id": session, "pin_id": pin_id})
+    else:
+        console.print(f"pinned as {pin_id}")
 
 
 @app.command()
@@ -87,14 +91,17 @@ def pins(session: Session, as_json: JsonOpt = False, data_dir: DataDir = None) -
 
 @app.command()
 def unpin(session: Session, pin_id: Annotated[int, typer.Argument(help="Pin id (see 'cce pins').")],
-          data_dir: DataDir = None) -> None:
+          as_json: JsonOpt = False, data_dir: DataDir = None) -> None:
     """Remove a pin."""
     try:
         with _engine(data_dir) as eng:
             eng.unpin(session, pin_id)
     except CCEError as exc:
         raise _fail(exc) from None
-    console.print(f"removed pin {pin_id}")
+    if as_json:
+        print_json({"session_id": session, "pin_id": pin_id, "removed": True})
+    else:
+        console.print(f"removed pin {pin_id}")
 
 
 def _range(value: str | None) -> tuple[int, int] | None:

@@ -59,7 +59,7 @@ def _strict(server: MCPServer[Any]) -> None:
     """Make every tool refuse unknown arguments (the SDK ignores them by default)."""
     for tool in server._tool_manager.list_tools():
         base = tool.fn_metadata.arg_model
-        config = ConfigDict(**{**base.model_config, "extra": "forbid"})  # type: ignore[typeddict-item]
+        config = ConfigDict(**{**base.model_config, "extra": "forbid"})
         tool.fn_metadata.arg_model = type(base.__name__, (base,), {"model_config": config})
         tool.parameters["additionalProperties"] = False
 

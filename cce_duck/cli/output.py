@@ -14,7 +14,7 @@ from rich.table import Table
 __all__ = ["Format", "console", "err_console", "print_frame", "print_json"]
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 class Format(StrEnum):

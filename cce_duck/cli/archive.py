@@ -1,0 +1,105 @@
+"""``cce export`` / ``cce import`` (one session to a file and back) and ``cce encrypt`` / ``cce decrypt``."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cce_duck.cli.common import DataDir, EmbedderOpt, _engine, _fail, app
+from cce_duck.cli.output import console
+from cce_duck.config import Config
+from cce_duck.errors import CCEError
+
+__all__ = ["decrypt", "encrypt", "export", "import_"]
+
+
+class ExportFormat(StrEnum):
+    """Export formats."""
+
+    json = "json"
+    parquet = "parquet"
+
+
+@app.command()
+def export(
+    session: Annotated[str, typer.Argument(help="Session id.")],
+    path: Annotated[Path, typer.Argument(help="File (json) or folder (parquet) to write.")],
+    fmt: Annotated[ExportFormat, typer.Option("--format", "-f", help="json (no vectors) or parquet.")
+                   ] = ExportFormat.json,
+    data_dir: DataDir = None,
+) -> None:
+    """Write one session (turns, notes, pins, summary) to a file."""
+    try:
+        with _engine(data_dir, read_only=True) as eng:
+            out = eng.export_session(session, path, format=fmt.value)
+    except CCEError as exc:
+        raise _fail(exc) from None
+    console.print(f"exported {session!r} to {out}")
+
+
+@app.command("import")
+def import_(
+    path: Annotated[Path, typer.Argument(help="A file or folder written by 'cce export'.")],
+    session: Annotated[str | None, typer.Option("--session", "-s", help="Import under this id.")
+                       ] = None,
+    data_dir: DataDir = None,
+    embedder: EmbedderOpt = None,
+) -> None:
+    """Restore an exported session into the data folder (never merges into an existing one)."""
+    try:
+        with _engine(data_dir, embedder) as eng:
+            sid = eng.import_session(path, session_id=session)
+    except CCEError as exc:
+        raise _fail(exc) from None
+    console.print(f"imported session {sid!r}")
+
+
+Passphrase = Annotated[str | None, typer.Option(
+    "--passphrase", envvar="CCE_ENCRYPTION_KEY", show_envvar=True,
+    help="Passphrase (asked for when omitted on a terminal).")]
+
+
+def _passphrase(value: str | None, confirm: bool) -> str:
+    if value:
+        return value
+    if not sys.stdin.isatty():
+        raise _fail(ValueError("no passphrase: set CCE_ENCRYPTION_KEY or use --passphrase"))
+    answer: str = typer.prompt("Passphrase", hide_input=True, confirmation_prompt=confirm)
+    return answer
+
+
+def _folder(data_dir: Path | None) -> Path:
+    folder = data_dir or Config.from_env().data_dir
+    if folder is None:
+        raise _fail(ValueError("no data folder"))
+    return folder
+
+
+@app.command()
+def encrypt(passphrase: Passphrase = None, data_dir: DataDir = None) -> None:
+    """Encrypt a plain data folder in place (AES-GCM; safe against a crash half-way)."""
+    from cce_duck.encryption import encrypt_folder
+
+    folder = _folder(data_dir)
+    try:
+        encrypt_folder(folder, _passphrase(passphrase, confirm=True))
+    except CCEError as exc:
+        raise _fail(exc) from None
+    console.print(f"encrypted {folder}; open it with CCE_ENCRYPTION_KEY from now on")
+
+
+@app.command()
+def decrypt(passphrase: Passphrase = None, data_dir: DataDir = None) -> None:
+    """Turn an encrypted data folder back into a plain one."""
+    from cce_duck.encryption import decrypt_folder
+
+    folder = _folder(data_dir)
+    try:
+        decrypt_folder(folder, _passphrase(passphrase, confirm=False))
+    except CCEError as exc:
+        raise _fail(exc) from None
+    console.print(f"decrypted {folder}")

@@ -292,6 +292,7 @@ DELETE FROM main.notes WHERE session_id = $sid AND note_id = $from;
 -- reload it.
 UPDATE main.sessions SET updated_at = greatest($now, updated_at + INTERVAL 1 MICROSECOND)
 WHERE session_id = $sid;
+
 -- name: session_tables
 -- Tables of the store that hold rows of sessions (they have a session_id column).
 SELECT table_name FROM duckdb_columns()

@@ -83,7 +83,7 @@ def test_sessions_stats_context_inspect(folder: Path) -> None:
     assert json.loads(cce("stats", "s1", "--json", *d).output)[0]["turns"] == 20
     table = cce("stats", *d).output
     assert "s1" in table
-    assert "raw_tokens" in table
+    assert "cce_stats" in table
     ctx = json.loads(cce("context", "s1", "How much is a piano lesson?", "-m", "150", "--json",
                          *d).output)
     assert ctx["tokens"] <= 150

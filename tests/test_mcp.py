@@ -195,3 +195,27 @@ def test_pin_and_forget_with_confirm(tmp_path: Path) -> None:
         assert out["rows"] == [[0]]
 
     run_client(data, tmp_path, body)
+
+
+def test_export_session_tool(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    target = tmp_path / "out.json"
+
+    async def body(session: ClientSession, call: Call) -> None:
+        assert not (await call("cce_ingest_history", {"session_id": "s", "messages":
+                                                      jmsgs(topic_messages())}))[0]
+        err, doc = await call("cce_export_session", {"session_id": "s"})
+        assert not err, doc
+        assert len(doc["turns"]) == 20
+        err, out = await call("cce_export_session", {"session_id": "s", "path": str(target)})
+        assert not err, out
+        assert out["path"] == str(target)
+        err, text = await call("cce_export_session", {"session_id": "s", "format": "parquet"})
+        assert err
+        assert "needs a path" in text
+        err, text = await call("cce_export_session", {"session_id": "s", "format": "xml"})
+        assert err
+        assert text
+
+    run_client(data, tmp_path, body)
+    assert len(json.loads(target.read_text())["turns"]) == 20

@@ -69,3 +69,10 @@ def forget(sid: Sid, body: ForgetIn, g: G) -> dict[str, Any]:
         return {"session_id": sid, "dry_run": True, "plan": _rows(plan)}
     return {"session_id": sid, "deleted": g.call(g.engine.forget, sid, note_id=body.node_id,
                                                  turns=turns)}
+
+
+@router.get("/export", tags=["export"])
+def export(sid: Sid, g: G) -> dict[str, Any]:
+    """The session as JSON: turns, notes, pins and summary (no vectors); ``cce import`` reads it."""
+    document: dict[str, Any] = g.call(g.engine.export_document, sid)
+    return document

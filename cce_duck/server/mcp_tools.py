@@ -175,6 +175,20 @@ def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
         deleted = eng.call(e.forget, session_id, note_id=note_id, turns=turns)
         return {"session_id": session_id, "deleted": deleted}
 
+    @server.tool()
+    def cce_export_session(session_id: SessionId,
+                           path: Annotated[str | None, Field(None, min_length=1, max_length=4096,
+                                                             description="Write here instead")] = None,
+                           format: Literal["json", "parquet"] = "json") -> dict[str, Any]:
+        """Export a session: returned as JSON (turns, notes, pins, summary), or written to path
+        (json file, or a folder of Parquet files with vectors)."""
+        if path is None:
+            if format != "json":
+                raise ToolError("format parquet needs a path")
+            return _jsonable(eng.call(e.export_document, session_id))
+        out = eng.call(e.export_session, session_id, path, format=format)
+        return {"session_id": session_id, "path": str(out), "format": format}
+
 
 def _jsonable(value: Any) -> Any:
     from cce_duck.payload import _jsonable as conv

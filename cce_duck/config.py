@@ -18,6 +18,7 @@ _ENV: dict[str, str] = {
     "live_batch_turns": "CCE_LIVE_BATCH_TURNS",
     "context_max_tokens": "CCE_MAX_TOKENS",
     "top_k": "CCE_TOP_K",
+    "recent_turns": "CCE_RECENT_TURNS",
     "topic_threshold": "CCE_TOPIC_THRESHOLD",
     "min_topic_turns": "CCE_MIN_TOPIC_TURNS",
     "max_topic_turns": "CCE_MAX_TOPIC_TURNS",
@@ -27,6 +28,8 @@ _ENV: dict[str, str] = {
     "encryption_key": "CCE_ENCRYPTION_KEY",
     "recency_weight": "CCE_RECENCY_WEIGHT",
     "warm_tier_max_chunks": "CCE_WARM_TIER_MAX_CHUNKS",
+    "index_cache_mb": "CCE_INDEX_CACHE_MB",
+    "duckdb_memory_mb": "CCE_DUCKDB_MEMORY_MB",
 }
 
 
@@ -40,7 +43,9 @@ class Config:
         hot_tier_max_turns: Most recent turns kept verbatim in every context.
         live_batch_turns: Turns that leave the hot window are compressed this many at a time.
         context_max_tokens: Default hard cap of a built context.
-        top_k: Topic notes retrieved per question.
+        top_k: Most topic notes quoted per question.
+        recent_turns: Newest turns always sent verbatim with a fact question (older hot and
+            pending turns are quoted when relevant; an overview question gets them all).
         topic_threshold: Similarity under which a new topic starts (``None``: embedder default).
         min_topic_turns: A topic is never cut before it has this many turns.
         max_topic_turns: A topic is always cut when it reaches this many turns.
@@ -56,6 +61,10 @@ class Config:
             :func:`cce_duck.encryption.encrypt_folder`). Never shown in ``repr``.
         warm_tier_max_chunks: Most notes a session keeps; past it the least-retrieved
             neighbouring old notes merge into coarser ones (``None``: no cap).
+        index_cache_mb: Memory for the in-process retrieval indexes of recently queried
+            sessions (int8 vectors and postings); least recently used sessions are dropped.
+        duckdb_memory_mb: DuckDB's buffer pool limit. The database file is the source of
+            truth; a small pool keeps resident memory flat as memory grows.
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -63,7 +72,8 @@ class Config:
     hot_tier_max_turns: int = 6
     live_batch_turns: int = 8
     context_max_tokens: int = 1000
-    top_k: int = 8
+    top_k: int = 32
+    recent_turns: int = 2
     topic_threshold: float | None = None
     min_topic_turns: int = 2
     max_topic_turns: int = 12
@@ -72,15 +82,18 @@ class Config:
     recency_weight: float = 0.05
     sentence_min_tokens: int = 24
     rrf_k: int = 60
-    flush_every: int = 64
+    flush_every: int = 256
     encryption_key: str | None = field(default=None, repr=False)
     warm_tier_max_chunks: int | None = None
+    index_cache_mb: int = 64
+    duckdb_memory_mb: int = 32
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
         positive = ("hot_tier_max_turns", "live_batch_turns", "context_max_tokens", "top_k",
+                    "recent_turns",
                     "min_topic_turns", "max_topic_turns", "sentence_min_tokens", "rrf_k",
-                    "flush_every")
+                    "flush_every", "index_cache_mb", "duckdb_memory_mb")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

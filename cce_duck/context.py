@@ -9,13 +9,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import polars as pl
+
 from cce_duck.config import Config
-from cce_duck.errors import ValidationError
+from cce_duck.errors import NotFoundError, ValidationError
+from cce_duck.index import IndexCache, SessionIndex
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
-from cce_duck.text import estimate_tokens
+from cce_duck.text import content_words, estimate_tokens
+from cce_duck.topics import clip
+from cce_duck.window import Window
 
-__all__ = ["ContextRequest", "build_context", "is_overview_question"]
+__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "is_overview_question", "retrieve"]
 
 _OVERVIEW = re.compile(
     r"\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
@@ -28,6 +33,8 @@ PIN_HEADER = "Pinned:"
 RECENT_SHARE = 0.3
 QUOTE_MAX_TOKENS = 120
 QUOTES_PER_NOTE = 6
+FILLER_MAX_WORDS = 1  # a sentence with at most this many content words is a pleasantry
+HITS_PER_NOTE = 8  # turns retrieved per note allowed, so a full budget has candidates to spare
 
 
 def is_overview_question(query: str) -> bool:
@@ -70,15 +77,6 @@ def _day(ts: datetime) -> str:
     return ts.strftime("%Y-%m-%d %H:%M")
 
 
-def _clip(text: str, limit: int) -> str:
-    if estimate_tokens(text) <= limit:
-        return text
-    words = text.split()
-    while words and estimate_tokens(" ".join(words) + " …") > limit:
-        words = words[: max(0, len(words) - max(1, len(words) // 8))]
-    return " ".join(words) + " …"
-
-
 class _Budget:
     def __init__(self, total: int) -> None:
         self.total = total
@@ -95,14 +93,20 @@ class _Budget:
         return True
 
 
-def build_context(store: Store, config: Config, req: ContextRequest, explain: bool = False
-                  ) -> ContextPayload:
-    """Assemble the context for ``req`` (see the module docstring for the order)."""
+def build_context(store: Store, config: Config, req: ContextRequest, explain: bool = False,
+                  cache: IndexCache | None = None) -> ContextPayload:
+    """Assemble the context for ``req`` (see the module docstring for the order).
+
+    ``cache`` keeps sessions' retrieval indexes between calls (a throwaway one is used without).
+    Raises :class:`NotFoundError` for an unknown session.
+    """
     sid = req.session_id
     budget = _Budget(req.max_tokens)
-    since = req.since.isoformat() if req.since else None
-    until = req.until.isoformat() if req.until else None
-    next_turn = int(store.q("session_row", {"sid": sid}).fetchone()[2])
+    state = store.q("session_state", {"sid": sid}).fetchone()
+    if state is None:
+        raise NotFoundError(f"unknown session {sid!r}")
+    next_turn, updated_at = int(state[0]), state[1]
+    index = (cache or IndexCache(0)).get(store, sid, (updated_at, next_turn))
     first = next_turn - req.last_turns if req.last_turns else None
 
     # The memory block is one system message: its overhead is paid once, when it is used.
@@ -110,35 +114,40 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
 
     # 1. pins (at most a quarter of the budget)
     pins: list[str] = []
-    pin_rows = store.q("pin_texts", {"sid": sid}).fetchall()
-    if pin_rows and budget.take("overhead", memory_overhead + estimate_tokens(PIN_HEADER) + 1):
-        for _, text in pin_rows:
+    if index.pins and budget.take("overhead", memory_overhead + estimate_tokens(PIN_HEADER) + 1):
+        for text in index.pins:
             line = f"- {text}"
             if budget.take("pins", estimate_tokens(line) + 1, limit=req.max_tokens // 4 +
                            budget.split["overhead"]):
                 pins.append(line)
 
-    # 2. recent and pending turns, newest first, within their share
+    # 2. recent and pending turns, newest first, within their share. An overview question gets
+    # the whole uncompressed tail; a fact question the latest `recent_turns` (the exchange being
+    # answered), while older hot and pending turns compete with the notes on relevance.
+    overview = is_overview_question(req.query)
+    tail = len(index.uncompressed) if overview else config.recent_turns
     verbatim: list[VerbatimTurn] = []
-    rows = store.q("verbatim_candidates", {"sid": sid, "hot": config.hot_tier_max_turns,
-                                           "since": since, "until": until, "first": first}).fetchall()
     share = budget.used + int(req.max_tokens * RECENT_SHARE)
     header_paid = False
-    for turn_no, role, speaker, content, ts, tokens, state in rows:
-        vt = VerbatimTurn(turn_no, role, speaker, content, ts, state)
-        cost = max(int(tokens) + MESSAGE_OVERHEAD, estimate_tokens(vt.line()) + 1)
+    for r in index.uncompressed[:tail]:
+        if (first is not None and r["turn_no"] < first) or (req.since and r["ts"] < req.since) or (
+                req.until and r["ts"] > req.until):
+            continue
+        tier = "hot" if r["turn_no"] >= next_turn - config.hot_tier_max_turns else "pending"
+        vt = VerbatimTurn(r["turn_no"], r["role"], r["speaker"], r["content"], r["ts"], tier)
+        cost = max(int(r["tokens"]) + MESSAGE_OVERHEAD, estimate_tokens(vt.line()) + 1)
         extra = 0 if header_paid else 8  # "Recent conversation (YYYY-MM-DD):"
-        if not budget.take("recent" if state == "hot" else "pending", cost + extra, limit=share):
+        part = "recent" if tier == "hot" else "pending"
+        if not budget.take(part, cost + extra, limit=share):
             break
         budget.split["overhead"] += extra
-        budget.split["recent" if state == "hot" else "pending"] -= extra
+        budget.split[part] -= extra
         header_paid = True
         verbatim.append(vt)
     verbatim.reverse()
     first_verbatim = verbatim[0].turn_no if verbatim else None
 
     # 3. notes: retrieved quotes grouped by topic, or the overview
-    overview = is_overview_question(req.query)
     memory_paid = bool(pins)
     chosen: list[dict[str, Any]] = []
     dropped: list[dict[str, Any]] = []
@@ -146,20 +155,19 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
     if overview:
         chosen, dropped, memory_paid = _overview(store, sid, budget, memory_paid, memory_overhead)
     elif req.query.strip():
-        hits = store.con.execute(
-            "SELECT * FROM cce_retrieve(?, ?, k := ?, since := ?, until := ?, last_turns := ?, "
-            "before_turn := ?, recency_weight := ?, rrf_k := ?)",
-            [sid, req.query, req.top_k * 8, since, until, req.last_turns, first_verbatim,
-             config.recency_weight, config.rrf_k],
-        ).to_arrow_table().to_pylist()
-        chosen, dropped, memory_paid = _quotes(store, sid, req, hits, budget, memory_paid,
+        qv = store.embedder.embed([req.query], "query")[0]
+        hits = index.retrieve(qv, req.query, next_turn=next_turn, k=HITS_PER_NOTE * req.top_k,
+                              since=req.since, until=req.until, last_turns=req.last_turns,
+                              before_turn=first_verbatim, recency_weight=config.recency_weight,
+                              rrf_k=config.rrf_k)
+        chosen, dropped, memory_paid = _quotes(store, sid, req, hits, index, budget, memory_paid,
                                                memory_overhead)
 
     memory = _render_memory(pins, chosen, overview)
     payload = ContextPayload(
         session_id=sid, query=req.query, max_tokens=req.max_tokens, memory=memory,
         turns=verbatim, notes=chosen, pins=[p[2:] for p in pins],
-        full_tokens=int(store.q("full_tokens", {"sid": sid}).fetchone()[0]),
+        full_tokens=index.full_tokens,
     )
     # Safety net: the estimate is additive per line, but never trust it blindly.
     while payload.tokens > req.max_tokens:
@@ -182,17 +190,42 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
         payload.explain = {
             "budget": {"max_tokens": req.max_tokens, "used": payload.tokens, **budget.split},
             "overview": overview,
-            "hits": [{k: v for k, v in h.items() if k != "ts"} for h in hits],
+            "hits": [{k: v for k, v in h.items() if k not in ("ts", "row")} for h in hits],
             "chosen": [{"note_id": n["note_id"], "quotes": [
                 {k: q[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")}
                 for q in n["quotes"]]} for n in payload.notes],
             "dropped": dropped,
         }
-    if payload.notes and not store.read_only:
-        ids = [n["note_id"] for n in payload.notes if n["note_id"] is not None]
-        if ids:
-            store.q("bump_retrieval", {"sid": sid, "ids": _csv(ids)})
     return payload
+
+
+SEARCH_SCHEMA = {
+    "turn_no": pl.Int32, "note_id": pl.Int64, "role": pl.String, "speaker": pl.String,
+    "ts": pl.Datetime("us"), "dense": pl.Float64, "best_sentence": pl.Int64, "bm25": pl.Float64,
+    "recency": pl.Float64, "fused": pl.Float64, "rank": pl.Int64, "content": pl.String,
+}
+
+
+def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
+             cache: IndexCache | None = None, window: Window | None = None
+             ) -> list[dict[str, Any]]:
+    """Search hits with their text, best first (columns of :data:`SEARCH_SCHEMA`), inside the
+    optional time/turn ``window``."""
+    window = window or Window()
+    state = store.q("session_state", {"sid": sid}).fetchone()
+    if state is None:
+        raise NotFoundError(f"unknown session {sid!r}")
+    index = (cache or IndexCache(0)).get(store, sid, (state[1], int(state[0])))
+    hits = index.retrieve(store.embedder.embed([query], "query")[0], query,
+                          next_turn=int(state[0]), k=k, since=window.since, until=window.until,
+                          last_turns=window.last_turns, recency_weight=config.recency_weight,
+                          rrf_k=config.rrf_k)
+    if not hits:
+        return []
+    texts = {r[0]: r[1] for r in store.q(
+        "quote_texts", {"sid": sid, "turns": _csv(h["turn_no"] for h in hits)}).fetchall()}
+    return [{**{c: h.get(c) for c in SEARCH_SCHEMA}, "content": texts.get(h["turn_no"])}
+            for h in hits]
 
 
 def _csv(values: Iterable[int]) -> str:
@@ -200,63 +233,85 @@ def _csv(values: Iterable[int]) -> str:
     return ",".join(str(int(v)) for v in values)
 
 
+def _day_header(ts: datetime) -> str:
+    """The date line quotes of one day are shown under."""
+    return f"[{ts:%Y-%m-%d}]"
+
+
 def _note_header(n: dict[str, Any]) -> str:
-    span = (f"turn {n['start_turn']}" if n["start_turn"] == n["end_turn"]
-            else f"turns {n['start_turn']}-{n['end_turn']}")
-    return f"[{_day(n['start_ts'])} · {span} · {n['label']}]"
+    """``[date time · topic label]``: when it was said, and what about (turn numbers stay in the
+    payload's notes and the explain form, not in the tokens a model pays for)."""
+    return f"[{_day(n['start_ts'])} · {n['label']}]"
 
 
-def _quote_text(row: dict[str, Any], best_sentence: int | None) -> str:
+def _quote_text(row: dict[str, Any], hit: dict[str, Any], index: SessionIndex) -> tuple[str, int]:
+    """The part of a turn worth quoting (its best sentence, and the next one when short) and its
+    token estimate."""
     content = row["content"]
     if content is None:
-        return str(row["micro"] or "")
-    sentences = row["sentences"] or []
-    if best_sentence is not None and sentences and row["tokens"] > QUOTE_MAX_TOKENS // 2:
-        by_no = {s["sent_no"]: s for s in sentences}
-        s = by_no.get(best_sentence)
-        if s is not None:
-            text = content[s["start_char"]:s["end_char"]]
-            nxt = by_no.get(best_sentence + 1)
+        text = str(row["micro"] or "")
+        return text, estimate_tokens(text)
+    best = hit["best_sentence"]
+    if best is not None and row["tokens"] > QUOTE_MAX_TOKENS:
+        span = index.sentence_span(hit["row"], best)
+        if span is not None:
+            text = content[span[0]:span[1]]
+            nxt = index.sentence_span(hit["row"], best + 1)
             if nxt is not None and estimate_tokens(text) < 16:
-                text = content[s["start_char"]:nxt["end_char"]]
-            return _clip(text, QUOTE_MAX_TOKENS)
-    return _clip(content, QUOTE_MAX_TOKENS)
+                text = content[span[0]:nxt[1]]
+            text = clip(text, QUOTE_MAX_TOKENS)
+            return text, estimate_tokens(text)
+    spans = index.sentence_spans(hit["row"])
+    if len(spans) > 1:  # leave out pleasantries ("Wow, that's great!") around the substance
+        keep = [(a, z) for no, (a, z) in enumerate(spans)
+                if no == best or len(content_words(content[a:z])) >= FILLER_MAX_WORDS + 1]
+        if keep and len(keep) < len(spans):
+            text = clip(" ".join(content[a:z] for a, z in keep), QUOTE_MAX_TOKENS)
+            return text, estimate_tokens(text)
+    if row["tokens"] <= QUOTE_MAX_TOKENS:
+        return content, int(row["tokens"])
+    text = clip(content, QUOTE_MAX_TOKENS)
+    return text, estimate_tokens(text)
 
 
 def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, Any]],
-            budget: _Budget, memory_paid: bool, memory_overhead: int
+            index: SessionIndex, budget: _Budget, memory_paid: bool, memory_overhead: int
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
     if not hits:
         return [], [], memory_paid
     turn_rows = {r["turn_no"]: r for r in store.q(
-        "quote_rows", {"sid": sid, "turns": _csv(h["turn_no"] for h in hits)}).to_arrow_table().to_pylist()}
-    note_ids = sorted({h["note_id"] for h in hits if h["note_id"] is not None})
-    headers = {r["note_id"]: r for r in store.q(
-        "note_headers", {"sid": sid, "ids": _csv(note_ids)}).to_arrow_table().to_pylist()
-    } if note_ids else {}  # '' would not cast to BIGINT[]
+        "quote_texts", {"sid": sid, "turns": _csv(h["turn_no"] for h in hits)}
+    ).to_arrow_table().to_pylist()}
     groups: dict[Any, dict[str, Any]] = {}
     dropped: list[dict[str, Any]] = []
+    who_tokens: dict[str, int] = {}
+    days: set[Any] = set()
     for h in hits:
         row = turn_rows.get(h["turn_no"])
         if row is None:
             continue
         key = h["note_id"] if h["note_id"] is not None else f"turn-{h['turn_no']}"
-        who = h["speaker"] or h["role"]
-        line = f"{who}: {_quote_text(row, h['best_sentence'])}"
-        cost = estimate_tokens(line) + 1
         group = groups.get(key)
+        if group is None and len(groups) >= req.top_k:
+            dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
+                            "reason": "top_k", "fused": h["fused"]})
+            continue
+        who = h["speaker"] or h["role"]
+        text, text_tokens = _quote_text(row, h, index)
+        line = f"{who}: {text}"
+        if who not in who_tokens:
+            who_tokens[who] = estimate_tokens(f"{who}:")
+        cost = who_tokens[who] + text_tokens + 1  # the estimate is additive over these pieces
         if group is None:
-            if len(groups) >= req.top_k:
-                dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
-                                "reason": "top_k", "fused": h["fused"]})
-                continue
             if h["note_id"] is not None:
-                hdr = headers[h["note_id"]]
+                hdr = index.notes[h["note_id"]]
             else:
                 hdr = {"note_id": None, "label": "not yet summarised", "start_turn": h["turn_no"],
                        "end_turn": h["turn_no"], "start_ts": h["ts"], "end_ts": h["ts"]}
             group = {**hdr, "quotes": []}
-            cost += estimate_tokens(_note_header(group)) + 1
+        day = h["ts"].date()
+        if day not in days:  # quotes are shown under one date line per day
+            cost += estimate_tokens(_day_header(h["ts"])) + 1
         elif len(group["quotes"]) >= QUOTES_PER_NOTE:
             dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
                             "reason": "quotes_per_note", "fused": h["fused"]})
@@ -270,10 +325,11 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             budget.split["notes"] -= extra
             budget.split["overhead"] += extra
             memory_paid = True
+        days.add(day)
         groups[key] = group
         group["quotes"].append({**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency",
                                                       "fused", "rank")},
-                                "speaker": who, "text": line.split(": ", 1)[1], "line": line})
+                                "speaker": who, "text": text, "line": line, "ts": h["ts"]})
     chosen = sorted(groups.values(), key=lambda g: g["start_turn"])
     for g in chosen:
         g["quotes"].sort(key=lambda q: q["turn_no"])
@@ -318,10 +374,13 @@ def _render_memory(pins: list[str], notes: list[dict[str, Any]], overview: bool)
     if pins:
         out.append(PIN_HEADER)
         out.extend(pins)
-    for n in notes:
-        if overview:
-            out.append(n["overview_line"])
-            continue
-        out.append(_note_header(n))
-        out.extend(q["line"] for q in n["quotes"])
+    if overview:
+        out.extend(n["overview_line"] for n in notes)
+        return "\n".join(out)
+    day = None
+    for q in sorted((q for n in notes for q in n["quotes"]), key=lambda q: q["turn_no"]):
+        if q["ts"].date() != day:
+            day = q["ts"].date()
+            out.append(_day_header(q["ts"]))
+        out.append(q["line"])
     return "\n".join(out)

@@ -18,8 +18,8 @@ from cce_duck.config import Config
 from cce_duck.embedders.base import Matrix
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
-from cce_duck.text import estimate_tokens, split_sentences, terms
-from cce_duck.writer import content_hash, quantize, vectors_of
+from cce_duck.text import estimate_tokens
+from cce_duck.writer import analyse_text, content_hash, quantize, vectors_of
 
 __all__ = ["DerivedTurns", "csv", "derive_turns", "note_fields", "now", "run_script", "touch", "write_notes",
            "write_turns"]
@@ -59,15 +59,11 @@ def derive_turns(store: Store, config: Config, sid: str, rows: list[dict[str, An
     emb = store.embedder
     for r in rows:
         text = r["content"] if r.get("content") is not None else str(r.get("micro") or "")
-        words = terms(text)
-        tokens = estimate_tokens(text)
-        sentences = split_sentences(text)
-        spans = ([(s.start, s.end) for s in sentences]
-                 if len(sentences) > 1 and tokens >= config.sentence_min_tokens else [])
-        whole, parts = emb.embed_message(text, spans)
+        a = analyse_text(emb, config, text, r.get("speaker"))
+        words, tokens, spans, whole, parts = a.words, a.tokens, a.spans, a.whole, a.parts
         n = int(r["turn_no"])
         micro = r.get("micro") if r.get("content") is None else topics.micro(
-            topics.TopicTurn(n, r["role"], r.get("speaker"), text, r["ts"]))
+            topics.TopicTurn(n, r["role"], r.get("speaker"), text, r["ts"]), sentences=a.sentences)
         out.turns.append({
             "session_id": sid, "turn_no": n, "role": r["role"], "speaker": r.get("speaker"),
             "content": r.get("content"), "ts": r["ts"],

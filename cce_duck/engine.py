@@ -11,9 +11,10 @@ from typing import Any
 import polars as pl
 
 from cce_duck.config import Config
-from cce_duck.context import ContextRequest, build_context
+from cce_duck.context import SEARCH_SCHEMA, ContextRequest, build_context, retrieve
 from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.explain import refine as refine_explain
+from cce_duck.index import IndexCache
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
@@ -52,10 +53,12 @@ class Engine(ManagementMixin):
             config = config.with_(**overrides)
         self.config = config
         self.store = Store(config.data_dir, config.embedder, read_only=read_only,
-                           encryption_key=config.encryption_key)
+                           encryption_key=config.encryption_key,
+                           memory_mb=config.duckdb_memory_mb)
+        self.index = IndexCache(config.index_cache_mb * 2**20)
         try:
             self.writer = Writer(self.store, config)
-            self.writer.on_flush = self._after_flush
+            self.writer.on_flush = self._flushed
         except BaseException:
             self.store.close()
             raise
@@ -79,7 +82,7 @@ class Engine(ManagementMixin):
         try:
             if not self.store.read_only:
                 self._flush_context_calls()
-                self.writer.flush()
+                self.writer.flush(counts=True)
         finally:
             self.store.close()
 
@@ -169,7 +172,9 @@ class Engine(ManagementMixin):
                 until: datetime | str | None = None, last_turns: int | None = None,
                 explain: bool = False) -> ContextPayload:
         """The token-capped context a model should receive before answering ``query``."""
-        sid = self._existing(session_id)
+        sid = validate_session_id(session_id)
+        if not self.store.read_only:
+            self.writer.flush()
         req = ContextRequest(
             session_id=sid, query=query,
             max_tokens=self.config.context_max_tokens if max_tokens is None else max_tokens,
@@ -178,17 +183,19 @@ class Engine(ManagementMixin):
             until=None if until is None else parse_time(until, "until"),
             last_turns=last_turns,
         )
-        payload = build_context(self.store, self.config, req, explain=explain)
+        payload = build_context(self.store, self.config, req, explain=explain, cache=self.index)
         refine_explain(payload, Window(req.since, req.until, req.last_turns))
         self._record_context(payload)
+        if not self.store.read_only:
+            self.writer.note_retrieved(sid, [n["note_id"] for n in payload.notes])
         return payload
 
     def search(self, session_id: str, query: str, k: int = 10, *,
                since: datetime | str | None = None, until: datetime | str | None = None,
                last_turns: int | None = None) -> pl.DataFrame:
-        """Ranked turns for ``query`` with their scores (the ``cce_retrieve`` macro), optionally
-        only those at or after ``since``, at or before ``until`` (ISO 8601) or among the last
-        ``last_turns`` turns."""
+        """Ranked turns for ``query`` with their scores and text (the ``cce_retrieve`` ranking),
+        optionally only those at or after ``since``, at or before ``until`` (ISO 8601) or among
+        the last ``last_turns`` turns."""
         sid = self._existing(session_id)
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("query must be a non-empty string")
@@ -196,11 +203,9 @@ class Engine(ManagementMixin):
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
             raise ValidationError("k must be a positive integer")
         window = Window.parse(since, until, last_turns)
-        return self.store.con.execute(
-            "SELECT r.*, t.content FROM cce_retrieve(?, ?, k := ?, since := ?, until := ?, "
-            "last_turns := ?) AS r "
-            "JOIN main.turns AS t ON t.session_id = ? AND t.turn_no = r.turn_no ORDER BY r.rank",
-            [sid, query, k, *window.sql_params(), sid]).pl()
+        hits = retrieve(self.store, self.config, sid, query, k=k, cache=self.index, window=window)
+        return pl.DataFrame(hits, schema=SEARCH_SCHEMA, orient="row") if hits else pl.DataFrame(
+            schema=SEARCH_SCHEMA)
 
     def sessions(self) -> pl.DataFrame:
         """Every session with its turn and note counts."""
@@ -241,9 +246,13 @@ class Engine(ManagementMixin):
 
     def sql(self, query: str, params: list[Any] | None = None) -> pl.DataFrame:
         """Run any SQL on the store (UDFs and macros available) and return a frame."""
-        if not self.store.read_only:
-            self.writer.flush()
-        return self.store.con.execute(query, params).pl()
+        if self.store.read_only:
+            return self.store.con.execute(query, params).pl()
+        self.writer.flush()
+        try:
+            return self.store.con.execute(query, params).pl()
+        finally:
+            self.store.generation += 1  # the statement may have written: cached indexes are stale
 
 
 class Session:

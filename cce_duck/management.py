@@ -17,6 +17,7 @@ from cce_duck.payload import ContextPayload
 
 if TYPE_CHECKING:
     from cce_duck.config import Config
+    from cce_duck.index import IndexCache
     from cce_duck.store import Store
     from cce_duck.writer import Writer
 
@@ -32,6 +33,7 @@ class ManagementMixin:
     store: Store
     writer: Writer
     config: Config
+    index: IndexCache
 
     def _existing(self, session_id: str) -> str:  # provided by Engine
         raise NotImplementedError
@@ -141,6 +143,11 @@ class ManagementMixin:
         return export.session_document(self.store, self._existing(session_id))
 
     # -- warm-tier cap ------------------------------------------------------
+
+    def _flushed(self, before: int, after: int, sessions: set[str]) -> None:
+        """After a flush: other sessions' retrieval indexes stay valid; then the warm-tier cap."""
+        self.index.advance(before, after, sessions)
+        self._after_flush(sessions)
 
     def _after_flush(self, sessions: set[str]) -> None:
         """Keep every session a flush touched under ``warm_tier_max_chunks`` notes."""

@@ -82,15 +82,19 @@ class Store:
         *,
         read_only: bool = False,
         encryption_key: str | None = None,
+        memory_mb: int | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.read_only = read_only
+        self.memory_mb = memory_mb
         #: The folder's keys when it is encrypted (``None``: a plain folder or in memory).
         self.folder_key: FolderKey | None = None
         #: How journal lines are written and read (sealed in an encrypted folder).
         self.journal_codec: JournalCodec = PLAIN_JOURNAL
         self._passphrase = None if encryption_key is None else check_passphrase(encryption_key)
         self._made_marker = False
+        #: Moves on every committed write transaction (in-process caches check it).
+        self.generation = 0
         self.path = ":memory:" if data_dir is None else str(data_dir / DB_FILE)
         self._key = None if data_dir is None else str(Path(self.path).resolve())
         if self._key in _OPEN_FILES:
@@ -135,8 +139,10 @@ class Store:
             if self.folder_key is not None:
                 con = connect_encrypted(Path(self.path), self.folder_key, read_only=self.read_only)
                 self.journal_codec = self.folder_key.journal
-                return con
-            return duckdb.connect(self.path, read_only=self.read_only)
+            else:
+                con = duckdb.connect(self.path, read_only=self.read_only)
+            self._limit_memory(con)
+            return con
         except duckdb.IOException as exc:
             if _LOCK.search(str(exc)):
                 raise FolderInUseError(_in_use_message(self.data_dir, self.read_only, str(exc))
@@ -184,6 +190,12 @@ class Store:
             return folder_key(data_dir, self._passphrase)
         self._made_marker = True
         return key
+
+    def _limit_memory(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Buffer pool limit, and memory given back to the system promptly (see Config)."""
+        if self.memory_mb is not None:
+            con.execute(f"SET memory_limit = '{int(self.memory_mb)}MB'")
+            con.execute(f"SET allocator_flush_threshold = '{max(int(self.memory_mb) // 4, 8)}MB'")
 
     def _prepare(self, requested: str) -> CachedEmbedder:
         meta = self._meta()
@@ -308,6 +320,7 @@ class Store:
             self.con.execute("ROLLBACK")
             raise
         self.con.execute("COMMIT")
+        self.generation += 1
 
     def attach(self, path: Path, name: str) -> None:
         """Attach another database file as ``name``; encrypted with the folder's key when the

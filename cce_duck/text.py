@@ -11,6 +11,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+import Stemmer
+
 from cce_duck.scripts import FOLD, KATAKANA, MARKS, NO_SPACE, script_of
 from cce_duck.stopwords import OTHER_STOPWORDS, QUESTION_WORDS
 
@@ -21,6 +23,7 @@ __all__ = [
     "estimate_tokens",
     "query_terms",
     "split_sentences",
+    "term_words",
     "terms",
 ]
 
@@ -64,6 +67,7 @@ _ASCII_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 _KATAKANA = re.compile(f"[{KATAKANA}]")
 _SENTENCE_START = frozenset(".!?¿¡…。！？\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?…।॥؟])[\"')\]]*\s+|(?<=[。！？])|\n+")
+_SNOWBALL = Stemmer.Stemmer("english")  # PyStemmer: C, thread-safe, cached
 _TOKEN_PIECE = re.compile(
     rf"[{NO_SPACE}]+|[A-Za-z]+|\d+|(?:[^\W\d_A-Za-z{NO_SPACE}]|[{MARKS}])+|\n|[ \t]{{2,}}|[^\w\s]",
     re.UNICODE,
@@ -111,21 +115,12 @@ _QUESTION: frozenset[str] = frozenset(_normalise(w) for w in _QUESTION_WORDS | Q
 
 
 def _stem(word: str) -> str:
-    """A light English plural/possessive stemmer (other scripts are left alone)."""
+    """Snowball (Porter 2) stem of an English word; possessives dropped; other scripts kept."""
     if word.endswith("'s"):
         word = word[:-2]
     elif "'" in word:
         word = word.replace("'", "")
-    if len(word) > 3 and word.isascii() and word.endswith("s") and not word.endswith(
-        ("ss", "us", "is")
-    ):
-        if word.endswith("sses"):  # classes -> class
-            word = word[:-2]
-        elif word.endswith("ies") and len(word) > 4:  # queries -> query (but ties -> tie)
-            word = word[:-3] + "y"
-        else:  # bugs -> bug
-            word = word[:-1]
-    return word
+    return str(_SNOWBALL.stemWord(word)) if word.isascii() else word
 
 
 def _bigrams(run: str) -> list[str]:
@@ -152,13 +147,18 @@ def _keep(word: str) -> bool:
 
 
 def terms(text: str) -> list[str]:
-    """BM25 terms of a text: normalised words without stop words, lightly stemmed.
+    """BM25 terms of a text: normalised words without stop words, Snowball-stemmed (English).
 
     Works for any script: combining marks stay inside words (Devanagari, Arabic, decomposed
     accents), Chinese/Japanese/Korean/Thai runs become overlapping character bigrams, any
     decimal digit becomes ASCII, and Latin accents stay distinguishable (``año`` is not ``ano``).
     """
     return [_stem(w) for w in _tokens(text) if _keep(w)]
+
+
+def term_words(text: str) -> list[tuple[str, str]]:
+    """``(term, word)`` pairs: each BM25 term of ``text`` with the word it was stemmed from."""
+    return [(_stem(w), w) for w in _tokens(text) if _keep(w)]
 
 
 def query_terms(query: str) -> list[tuple[str, float]]:
@@ -193,8 +193,8 @@ def query_terms(query: str) -> list[tuple[str, float]]:
                 weight = 2.0 if distinctive or kana else 1.0
                 seen[bigram] = max(seen.get(bigram, 0.0), weight)
             continue
-        for t in terms(raw):
-            if t in _QUESTION:
+        for t, word in term_words(raw):
+            if word in _QUESTION or t in _QUESTION:
                 continue
             seen[t] = max(seen.get(t, 0.0), 2.0 if distinctive else 1.0)
     return list(seen.items())

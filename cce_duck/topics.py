@@ -11,9 +11,9 @@ from datetime import datetime
 import numpy as np
 
 from cce_duck.embedders.base import Matrix
-from cce_duck.text import estimate_tokens, split_sentences, terms
+from cce_duck.text import estimate_tokens, split_sentences, term_words, terms
 
-__all__ = ["TopicTurn", "label", "macro_summary", "meso_summary", "micro", "segment", "unit"]
+__all__ = ["TopicTurn", "clip", "label", "macro_summary", "meso_summary", "micro", "segment", "unit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,8 @@ def _who(t: TopicTurn) -> str:
     return t.speaker or t.role
 
 
-def _clip(text: str, max_tokens: int) -> str:
+def clip(text: str, max_tokens: int) -> str:
+    """``text`` cut to its longest word prefix that fits ``max_tokens`` with an ellipsis."""
     if estimate_tokens(text) <= max_tokens:
         return text
     words = text.split()
@@ -86,16 +87,19 @@ def _clip(text: str, max_tokens: int) -> str:
     return " ".join(words[:lo]) + " …"
 
 
-def micro(turn: TopicTurn, max_tokens: int = 32) -> str:
+def micro(turn: TopicTurn, max_tokens: int = 32, *,
+          sentences: Sequence[tuple[str, Sequence[str]]] | None = None) -> str:
     """One line per message: who, and its most informative sentence (clipped).
 
     The sentence with the most distinct content words wins (the earliest on a tie), so greetings
-    and one-word acknowledgements ("Perfect.") do not stand for a message.
+    and one-word acknowledgements ("Perfect.") do not stand for a message. ``sentences`` may give
+    the message's ``(sentence text, terms)`` pairs when the caller has them already.
     """
-    sentences = split_sentences(turn.content)
-    best = max(sentences, key=lambda s: len(set(terms(s.text))), default=None)
-    text = best.text if best is not None else turn.content
-    return f"{_who(turn)}: {_clip(text, max_tokens)}"
+    if sentences is None:
+        sentences = [(s.text, terms(s.text)) for s in split_sentences(turn.content)]
+    best = max(sentences, key=lambda s: len(set(s[1])), default=None)
+    text = best[0] if best is not None else turn.content
+    return f"{_who(turn)}: {clip(text, max_tokens)}"
 
 
 def meso_summary(turns: Sequence[TopicTurn], vectors: Matrix, max_tokens: int = 80) -> str:
@@ -117,15 +121,19 @@ def meso_summary(turns: Sequence[TopicTurn], vectors: Matrix, max_tokens: int = 
 def label(turns: Sequence[TopicTurn], df: dict[str, int], n_docs: int, n_terms: int = 3) -> str:
     """The topic's most distinctive terms (tf in topic x idf in session), as a short label."""
     tf: Counter[str] = Counter()
+    words: dict[str, Counter[str]] = {}  # term -> the words it stands for, to show the commonest
     for t in turns:
-        tf.update(set(terms(t.content)))
+        pairs = term_words(t.content)
+        tf.update({term for term, _ in pairs})
+        for term, word in pairs:
+            words.setdefault(term, Counter())[word] += 1
     if not tf:
         return "(no words)"
     scored = sorted(
         tf.items(),
         key=lambda kv: (-(kv[1] * np.log(1 + n_docs / (1 + df.get(kv[0], 0)))), kv[0]),
     )
-    return ", ".join(term for term, _ in scored[:n_terms])
+    return ", ".join(words[term].most_common(1)[0][0] for term, _ in scored[:n_terms])
 
 
 def macro_summary(labels: Sequence[str], summaries: Sequence[str], max_tokens: int = 240) -> str:

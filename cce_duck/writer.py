@@ -9,8 +9,8 @@ on open skips what the tables already hold, so nothing is lost or stored twice.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,15 +21,17 @@ import pyarrow as pa
 
 from cce_duck import topics
 from cce_duck.config import Config
-from cce_duck.embedders.base import Matrix
+from cce_duck.embedders.base import CachedEmbedder, Matrix
 from cce_duck.errors import CCEError, ConflictError
+from cce_duck.memory import release_free_memory
 from cce_duck.messages import Message
 from cce_duck.store import Store
 from cce_duck.text import estimate_tokens, split_sentences, terms
 
-__all__ = ["JOURNAL_FILE", "Writer", "content_hash", "quantize", "vectors_of"]
+__all__ = ["JOURNAL_FILE", "TextAnalysis", "Writer", "analyse_text", "content_hash", "quantize", "vectors_of"]
 
 JOURNAL_FILE = "journal.jsonl"
+DF_SESSIONS = 16  # sessions whose term statistics stay in memory
 
 
 def content_hash(role: str, text: str) -> int:
@@ -57,6 +59,37 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+@dataclass(frozen=True)
+class TextAnalysis:
+    """What is derived from one message's text: BM25 terms, size, sentence spans, vectors."""
+
+    words: list[str]                       # BM25 terms (the speaker's name included)
+    tokens: int                            # token estimate of the text
+    spans: list[tuple[int, int]]           # sentences that get their own vector
+    whole: Matrix                          # (1, dim) message vector
+    parts: Matrix                          # (len(spans), dim) sentence vectors
+    sentences: list[tuple[str, list[str]]]  # every sentence with its terms
+
+
+def analyse_text(emb: CachedEmbedder, config: Config, text: str, speaker: str | None
+                 ) -> TextAnalysis:
+    """Derive a turn's terms, size and vectors: the one definition the write path, corrections
+    and imports share."""
+    sentences = split_sentences(text)
+    # Sentences cover every word of the message: tokenise each once, for BM25 and micro.
+    per_sentence = [(s.text, terms(s.text)) for s in sentences]
+    # who said it is part of what a turn is about ("what did Maria decide?")
+    words = [w for _, ws in per_sentence for w in ws] + (terms(speaker) if speaker else [])
+    tokens = estimate_tokens(text)
+    spans = ([(s.start, s.end) for s in sentences]
+             if len(sentences) > 1 and tokens >= config.sentence_min_tokens else [])
+    # Embedded as "Speaker: text" (sentence spans shifted to match), like the BM25 terms.
+    prefix = f"{speaker}: " if speaker else ""
+    whole, parts = emb.embed_message(
+        prefix + text, [(a + len(prefix), z + len(prefix)) for a, z in spans])
+    return TextAnalysis(words, tokens, spans, whole, parts, per_sentence)
+
+
 @dataclass
 class _Batch:
     sessions: dict[str, int] = field(default_factory=dict)
@@ -78,9 +111,11 @@ class Writer:
         self._closed: set[str] = set()
         self._buffer: list[tuple[str, int, Message]] = []
         self._journal: Path | None = None
-        self._df: dict[str, tuple[Counter[str], int]] = {}  # session -> (term df, documents)
-        #: Called with the sessions a flush stored or compressed (the warm-tier cap uses it).
-        self.on_flush: Callable[[set[str]], None] | None = None
+        # session -> (term df, documents), for note labels; the most recently used few only
+        self._df: OrderedDict[str, tuple[Counter[str], int]] = OrderedDict()
+        self._retrieved: Counter[tuple[str, int]] = Counter()  # (session, note) -> times in a context
+        #: Called after each flush with (generation before, generation after, sessions written).
+        self.on_flush: Callable[[int, int, set[str]], None] | None = None
         if store.data_dir is not None and not store.read_only:
             self._journal = store.data_dir / JOURNAL_FILE
             self._replay()
@@ -147,27 +182,49 @@ class Writer:
 
     # -- flushing -----------------------------------------------------------
 
-    def flush(self, finish: set[str] | None = None, *, hot_too: bool = False) -> None:
+    def flush(self, finish: set[str] | None = None, *, hot_too: bool = False,
+              counts: bool = False) -> None:
         """Store every journaled message, compress what left the hot window, clear the journal.
 
         Sessions in ``finish`` also compress their open last topic (and with ``hot_too`` the hot
-        window as well: used when a session is closed).
+        window as well: used when a session is closed). Retrieval counts ride along with any
+        flush; ``counts`` stores them even when nothing else is waiting.
         """
-        if not self._buffer and not finish:
+        if not self._buffer and not finish and not (counts and self._retrieved):
             return
         batch = self._prepare(self._buffer)
         finish = finish or set()
+        before = self.store.generation
         with self.store.transaction() as con:
             if batch.turns:
                 self._insert(con, batch)
+            if self._retrieved:
+                self._bump(con)
             for sid in sorted(set(batch.sessions) | finish):
                 self._compress(con, sid, finish=sid in finish, hot_too=hot_too and sid in finish)
         self._buffer = []
+        if len(batch.turns) >= self.config.flush_every:
+            release_free_memory()  # a full batch frees its Arrow tables and strings at once
         if self._journal is not None and self._journal.exists():
             with self._journal.open("w", encoding="utf-8"):
                 pass
         if self.on_flush is not None:
-            self.on_flush(set(batch.sessions) | finish)
+            self.on_flush(before, self.store.generation, set(batch.sessions) | finish)
+
+    def note_retrieved(self, session_id: str, note_ids: Iterable[int | None]) -> None:
+        """Count that notes went into a context; stored with the next flush, not per query."""
+        self._retrieved.update((session_id, int(i)) for i in note_ids if i is not None)
+
+    def _bump(self, con: Any) -> None:
+        keys = list(self._retrieved)
+        con.register("_b_bump", pa.table({
+            "session_id": [k[0] for k in keys], "note_id": pa.array([k[1] for k in keys], pa.int64()),
+            "n": pa.array([self._retrieved[k] for k in keys], pa.int32())}))
+        try:
+            self.store.q("bump_retrieval_batch")
+        finally:
+            con.unregister("_b_bump")
+        self._retrieved.clear()
 
     def pending_count(self) -> int:
         """Messages journaled but not yet in the tables."""
@@ -177,19 +234,16 @@ class Writer:
         b = _Batch()
         emb = self.store.embedder
         for sid, n, m in items:
-            words = terms(m.content)
+            a = analyse_text(emb, self.config, m.content, m.speaker)
+            words, tokens, spans, whole, parts = a.words, a.tokens, a.spans, a.whole, a.parts
             tf = Counter(words)
-            tokens = estimate_tokens(m.content)
-            sentences = split_sentences(m.content)
-            spans = ([(s.start, s.end) for s in sentences]
-                     if len(sentences) > 1 and tokens >= self.config.sentence_min_tokens else [])
-            whole, parts = emb.embed_message(m.content, spans)
             b.sessions[sid] = max(b.sessions.get(sid, 0), n + 1)
             b.turns.append({
                 "session_id": sid, "turn_no": n, "role": m.role, "speaker": m.speaker,
                 "content": m.content, "ts": m.ts, "tokens": tokens, "n_terms": len(words),
                 "content_hash": content_hash(m.role, m.content),
-                "micro": topics.micro(topics.TopicTurn(n, m.role, m.speaker, m.content, m.ts)),
+                "micro": topics.micro(topics.TopicTurn(n, m.role, m.speaker, m.content, m.ts),
+                                      sentences=a.sentences),
                 "note_id": None,
             })
             b.mvec.append(whole)
@@ -284,6 +338,9 @@ class Writer:
             rows = self.store.q("session_df", {"sid": sid}).fetchall()
             docs = self.store.q("session_docs", {"sid": sid}).fetchone()
             self._df[sid] = (Counter({r[0]: int(r[1]) for r in rows}), int(docs[0]) if docs else 0)
+            while len(self._df) > DF_SESSIONS:
+                self._df.popitem(last=False)
+        self._df.move_to_end(sid)
         return self._df[sid]
 
     def forget_stats(self, session_id: str) -> None:
@@ -320,7 +377,7 @@ class Writer:
         con.register("_b_map", mp)
         try:
             self.store.q("insert_notes")
-            self.store.q("assign_notes", {"keep_raw": self.config.keep_raw_turns})
+            self.store.q("assign_notes" if self.config.keep_raw_turns else "assign_notes_drop_raw")
         finally:
             con.unregister("_b_notes")
             con.unregister("_b_map")
@@ -328,4 +385,4 @@ class Writer:
     def close_journal(self) -> None:
         """Flush what is buffered (called on close)."""
         if not self.store.read_only:
-            self.flush()
+            self.flush(counts=True)

@@ -34,9 +34,14 @@ INSERT INTO main.postings BY NAME SELECT * FROM _b_post;
 INSERT INTO main.notes BY NAME SELECT * FROM _b_notes;
 
 -- name: assign_notes
--- Mark turns as compressed into their note (and drop their raw text when it is not kept).
-UPDATE main.turns SET note_id = m.note_id,
-    content = CASE WHEN $keep_raw THEN turns.content ELSE NULL END
+-- Mark turns as compressed into their note (raw text kept).
+UPDATE main.turns SET note_id = m.note_id
+FROM _b_map AS m
+WHERE turns.session_id = m.session_id AND turns.turn_no = m.turn_no;
+
+-- name: assign_notes_drop_raw
+-- Mark turns as compressed into their note and drop their raw text (keep_raw_turns off).
+UPDATE main.turns SET note_id = m.note_id, content = NULL
 FROM _b_map AS m
 WHERE turns.session_id = m.session_id AND turns.turn_no = m.turn_no;
 
@@ -89,26 +94,6 @@ SELECT note_id, start_turn, end_turn, start_ts, end_ts, label, summary, raw_toke
     summary_tokens, level, retrieval_count
 FROM main.notes WHERE session_id = $sid ORDER BY start_turn;
 
--- name: quote_rows
--- Text and sentence offsets of some turns, for quoting ($turns: comma-separated numbers).
-SELECT t.turn_no, t.role, t.speaker, t.ts, t.content, t.micro, t.tokens, t.note_id,
-    list(struct_pack(sent_no := s.sent_no, start_char := s.start_char, end_char := s.end_char)
-         ORDER BY s.sent_no) FILTER (WHERE s.sent_no IS NOT NULL) AS sentences
-FROM main.turns AS t
-LEFT JOIN main.sentence_vectors AS s USING (session_id, turn_no)
-WHERE t.session_id = $sid AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), t.turn_no)
-GROUP BY ALL;
-
--- name: note_headers
--- Label and time span of some notes ($ids: comma-separated note ids).
-SELECT note_id, label, summary, start_turn, end_turn, start_ts, end_ts
-FROM main.notes WHERE session_id = $sid AND list_contains(CAST(string_split($ids, ',') AS BIGINT[]), note_id);
-
--- name: bump_retrieval
--- Count that some notes were put into a context ($ids: comma-separated note ids).
-UPDATE main.notes SET retrieval_count = retrieval_count + 1
-WHERE session_id = $sid AND list_contains(CAST(string_split($ids, ',') AS BIGINT[]), note_id);
-
 -- name: summary
 -- The cold-tier summary of a session.
 SELECT summary, tokens, created_at FROM main.session_summaries WHERE session_id = $sid;
@@ -116,16 +101,6 @@ SELECT summary, tokens, created_at FROM main.session_summaries WHERE session_id 
 -- name: pin_texts
 -- Pins of a session, oldest first.
 SELECT pin_id, text FROM main.pins WHERE session_id = $sid ORDER BY pin_id;
-
--- name: verbatim_candidates
--- Uncompressed turns (hot and pending), newest first, inside the optional time window.
-SELECT turn_no, role, speaker, content, ts, tokens, state
-FROM cce_turns($sid, hot := $hot)
-WHERE state <> 'compressed' AND content IS NOT NULL
-  AND ($since IS NULL OR ts >= CAST($since AS TIMESTAMP))
-  AND ($until IS NULL OR ts <= CAST($until AS TIMESTAMP))
-  AND ($first IS NULL OR turn_no >= $first)
-ORDER BY turn_no DESC;
 
 -- name: full_tokens
 -- Tokens of a session's whole history (plus the per-message overhead).
@@ -298,3 +273,47 @@ WHERE session_id = $sid;
 SELECT table_name FROM duckdb_columns()
 WHERE database_name = current_database() AND schema_name = 'main' AND column_name = 'session_id'
 ORDER BY table_name;
+
+-- name: index_turns
+-- A session's turns with their message vectors, for the in-process retrieval index.
+SELECT t.turn_no, t.ts, t.n_terms, t.tokens, t.role, t.speaker, t.note_id, m.vector
+FROM main.turns AS t JOIN main.message_vectors AS m USING (session_id, turn_no)
+WHERE t.session_id = $sid
+ORDER BY t.turn_no;
+
+-- name: index_sentences
+-- A session's sentence vectors and offsets, for the in-process retrieval index.
+SELECT turn_no, sent_no, start_char, end_char, vector
+FROM main.sentence_vectors WHERE session_id = $sid
+ORDER BY turn_no, sent_no;
+
+-- name: index_postings
+-- A session's BM25 postings, for the in-process retrieval index.
+SELECT term, turn_no, tf FROM main.postings WHERE session_id = $sid;
+
+-- name: index_notes
+-- A session's note headers, for the in-process retrieval index.
+SELECT note_id, label, start_turn, end_turn, start_ts, end_ts
+FROM main.notes WHERE session_id = $sid;
+
+-- name: session_state
+-- A session's turn counter and last change (they key the in-process retrieval index).
+SELECT next_turn, updated_at FROM main.sessions WHERE session_id = $sid;
+
+-- name: uncompressed_turns
+-- A session's turns not yet in a note (hot and pending), unordered.
+SELECT turn_no, role, speaker, content, ts, tokens
+FROM main.turns WHERE session_id = $sid AND note_id IS NULL AND content IS NOT NULL;
+
+-- name: quote_texts
+-- Text of some turns ($turns: comma-separated numbers), unordered.
+SELECT turn_no, content, micro, tokens
+FROM main.turns
+WHERE session_id = $sid AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
+
+-- name: bump_retrieval_batch
+-- Add counts of notes put into contexts (from the registered table _b_bump: session_id,
+-- note_id, n).
+UPDATE main.notes SET retrieval_count = retrieval_count + b.n
+FROM _b_bump AS b
+WHERE notes.session_id = b.session_id AND notes.note_id = b.note_id;

@@ -40,7 +40,7 @@ class CachedEmbedder:
     sorted by length so padding stays small.
     """
 
-    def __init__(self, inner: Embedder, max_items: int = 20_000) -> None:
+    def __init__(self, inner: Embedder, max_items: int = 2_048) -> None:
         self.inner = inner
         self.name = inner.name
         self.dim = inner.dim

@@ -16,6 +16,7 @@ import numpy as np
 
 from cce_duck.embedders.base import Kind, Matrix
 from cce_duck.errors import CCEError
+from cce_duck.memory import release_free_memory
 
 __all__ = ["OnnxEmbedder", "onnx_files"]
 
@@ -76,6 +77,7 @@ class OnnxEmbedder:
             str(self._model_path), sess_options=opts, providers=["CPUExecutionProvider"]
         )
         self._tokenizer = tok
+        release_free_memory()  # graph optimisation frees ~30 MB of scratch at once
 
     def embed(self, texts: list[str], kind: Kind = "passage") -> Matrix:
         """Embed ``texts`` one at a time.

@@ -1,0 +1,268 @@
+"""In-process retrieval index of a session: the ``cce_retrieve`` scoring, done with NumPy.
+
+``sql/macros/cce_retrieve_v1.sql`` defines the scoring in SQL, for anyone querying the tables
+(``cce sql``, notebooks). Answering every context request with that macro costs a DuckDB plan of
+a dozen joins and window functions (~15 ms on two cores for 1,000 turns), so the library keeps a
+session's int8 vectors and BM25 postings in memory, loaded from the same tables, and computes the
+same scores with a few vector operations. A test keeps both in agreement.
+
+Besides the scoring data it keeps what every context needs and rarely changes: pins, note
+headers and the uncompressed tail of the session. An index is valid while the session's
+``updated_at`` and turn counter are those it was loaded at and no write transaction committed
+since (``Store.generation``); the writer's flush names the sessions it touched, so it leaves the
+other sessions' indexes valid (``IndexCache.advance``). Any other write (pins, corrections,
+forgetting, SQL) invalidates every index: correct first, fast where it matters.
+The cache holds a bounded number of bytes and drops the least recently used sessions first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cce_duck.embedders.base import Matrix
+from cce_duck.memory import release_free_memory
+from cce_duck.store import Store
+from cce_duck.text import query_terms
+
+__all__ = ["Hit", "IndexCache", "SessionIndex"]
+
+Hit = dict[str, Any]
+
+
+def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
+    """A FIXED/LIST int8 vector column as an ``(n, dim)`` int8 matrix (no copy when possible)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if len(arr) == 0:
+        return np.empty((0, dim), dtype=np.int8)
+    flat = arr.flatten().to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(flat.astype(np.int8, copy=False).reshape(len(arr), dim))
+
+
+@dataclass
+class SessionIndex:
+    """Vectors, sentence spans and postings of one session's stored turns."""
+
+    key: tuple[Any, ...]
+    turn_no: np.ndarray          # (n,) int64, ascending
+    ts: np.ndarray               # (n,) datetime64[us]
+    n_terms: np.ndarray          # (n,) float64
+    tokens: np.ndarray           # (n,) int64 token estimate of each turn
+    note_id: np.ndarray          # (n,) int64, -1 while the turn is not compressed
+    role: list[str]
+    speaker: list[str | None]
+    notes: dict[int, dict[str, Any]]  # note_id -> label, start/end turn and time
+    pins: list[str]              # pin texts, oldest first
+    uncompressed: list[dict[str, Any]]  # hot and pending turns with their text, newest first
+    mvec: np.ndarray             # (n, dim) int8
+    s_row: np.ndarray            # (m,) int64 row of the turn each sentence belongs to
+    s_no: np.ndarray             # (m,) int64
+    s_start: np.ndarray          # (m,) int64 character offsets of the sentence
+    s_end: np.ndarray
+    svec: np.ndarray             # (m, dim) int8
+    vocab: pa.Array              # terms; a term's id is its position
+    p_offsets: np.ndarray        # (terms + 1,) CSR offsets into the postings arrays
+    p_row: np.ndarray            # postings sorted by term id: row of the turn
+    p_tf: np.ndarray             # and term frequency
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory held."""
+        arrays = (self.turn_no, self.ts, self.n_terms, self.tokens, self.note_id, self.mvec,
+                  self.s_row, self.s_no, self.s_start, self.s_end, self.svec, self.p_offsets,
+                  self.p_row, self.p_tf)
+        text = sum(len(t) for t in self.pins) + sum(
+            len(r["content"]) + 200 for r in self.uncompressed)
+        return (sum(a.nbytes for a in arrays) + self.vocab.nbytes + 16 * len(self.role)
+                + 300 * len(self.notes) + text)
+
+    @classmethod
+    def load(cls, store: Store, sid: str, key: tuple[Any, ...]) -> SessionIndex:
+        """Read one session's index from the tables."""
+        dim = store.dim
+        turns = store.q("index_turns", {"sid": sid}).to_arrow_table()
+        turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
+        sents = store.q("index_sentences", {"sid": sid}).to_arrow_table()
+        s_turn = sents.column("turn_no").to_numpy().astype(np.int64)
+        post = store.q("index_postings", {"sid": sid}).to_arrow_table()
+        enc = pc.dictionary_encode(post.column("term")).combine_chunks()
+        term_id = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        vocab = enc.dictionary
+        order = np.argsort(term_id, kind="stable")
+        counts = np.bincount(term_id, minlength=len(vocab))
+        p_rows = np.searchsorted(turn_no, post.column("turn_no").to_numpy().astype(np.int64))
+        return cls(
+            key=key,
+            turn_no=turn_no,
+            ts=turns.column("ts").to_numpy().astype("datetime64[us]"),
+            n_terms=turns.column("n_terms").to_numpy().astype(np.float64),
+            tokens=turns.column("tokens").to_numpy().astype(np.int64),
+            note_id=pc.fill_null(turns.column("note_id"), -1).to_numpy().astype(np.int64),
+            role=_interned(turns.column("role")),
+            speaker=_interned(turns.column("speaker")),
+            notes={r["note_id"]: r for r in store.q("index_notes", {"sid": sid})
+                   .to_arrow_table().to_pylist()},
+            pins=[t for _, t in sorted(store.q("pin_texts", {"sid": sid}).fetchall())],
+            uncompressed=sorted(store.q("uncompressed_turns", {"sid": sid}).to_arrow_table()
+                                .to_pylist(), key=lambda r: -r["turn_no"]),
+            mvec=_int8_matrix(turns.column("vector"), dim),
+            s_row=np.searchsorted(turn_no, s_turn),
+            s_no=sents.column("sent_no").to_numpy().astype(np.int64),
+            s_start=sents.column("start_char").to_numpy().astype(np.int64),
+            s_end=sents.column("end_char").to_numpy().astype(np.int64),
+            svec=_int8_matrix(sents.column("vector"), dim),
+            vocab=vocab,
+            p_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            p_row=p_rows[order].astype(np.int32),
+            p_tf=post.column("tf").to_numpy().astype(np.float32)[order],
+        )
+
+    @property
+    def full_tokens(self) -> int:
+        """Tokens of the whole stored history, with the per-message overhead (4 each)."""
+        return int(self.tokens.sum()) + 4 * len(self.tokens)
+
+    def sentence_spans(self, row: int) -> list[tuple[int, int]]:
+        """Character offsets of every sentence of the turn at ``row`` (empty when it has no
+        sentence vectors: a short message)."""
+        lo, hi = np.searchsorted(self.s_row, [row, row + 1])
+        return [(int(self.s_start[j]), int(self.s_end[j])) for j in range(lo, hi)]
+
+    def sentence_span(self, row: int, sent_no: int) -> tuple[int, int] | None:
+        """Character offsets of sentence ``sent_no`` of the turn at ``row``."""
+        lo, hi = np.searchsorted(self.s_row, [row, row + 1])
+        for j in range(lo, hi):
+            if self.s_no[j] == sent_no:
+                return int(self.s_start[j]), int(self.s_end[j])
+        return None
+
+    def retrieve(self, qv: Matrix, query: str, *, next_turn: int, k: int,
+                 since: datetime | None = None, until: datetime | None = None,
+                 last_turns: int | None = None, before_turn: int | None = None,
+                 recency_weight: float = 0.05, rrf_k: int = 60) -> list[Hit]:
+        """The ``cce_retrieve_v1`` ranking: turn_no, row, dense, best_sentence, bm25, recency,
+        fused and rank of the best ``k`` turns."""
+        n = len(self.turn_no)
+        if n == 0:
+            return []
+        q = np.asarray(qv, dtype=np.float32).reshape(-1)
+        dense = (self.mvec.astype(np.float32) @ q).astype(np.float64) / 127.0
+        best_sentence = np.full(n, -1, dtype=np.int64)
+        if len(self.s_row):
+            s_score = (self.svec.astype(np.float32) @ q).astype(np.float64) / 127.0
+            sd = np.full(n, -np.inf)
+            np.maximum.at(sd, self.s_row, s_score)
+            top = s_score >= sd[self.s_row]
+            # first sentence reaching the best score of its turn
+            rows, first = np.unique(self.s_row[top], return_index=True)
+            best_sentence[rows] = self.s_no[np.flatnonzero(top)[first]]
+            dense = np.maximum(dense, np.where(np.isfinite(sd), sd, dense))
+        bm25 = self._bm25(query)
+        recency = (self.turn_no + 1.0) / max(next_turn, 1)
+
+        keep = np.ones(n, dtype=bool)
+        if since is not None:
+            keep &= self.ts >= np.datetime64(since.replace(tzinfo=None), "us")
+        if until is not None:
+            keep &= self.ts <= np.datetime64(until.replace(tzinfo=None), "us")
+        if last_turns is not None:
+            keep &= self.turn_no >= next_turn - last_turns
+        if before_turn is not None:
+            keep &= self.turn_no < before_turn
+        cand = np.flatnonzero(keep)
+        if not len(cand):
+            return []
+        tn = self.turn_no[cand]
+        # ranks with the macro's tie-break (higher turn first)
+        r_dense = _ranks(dense[cand] + recency_weight * recency[cand], tn)
+        r_bm25 = _ranks(bm25[cand], tn)
+        fused = 1.0 / (rrf_k + r_dense) + np.where(bm25[cand] > 0, 1.0 / (rrf_k + r_bm25), 0.0)
+        order = np.lexsort((-tn, -fused))[:k]
+        out = []
+        for r, i in enumerate(order):
+            row = int(cand[i])
+            nid = int(self.note_id[row])
+            out.append({
+                "turn_no": int(tn[i]), "row": row, "note_id": nid if nid >= 0 else None,
+                "role": self.role[row], "speaker": self.speaker[row],
+                "ts": self.ts[row].item(), "dense": float(dense[row]),
+                "best_sentence": int(best_sentence[row]) if best_sentence[row] >= 0 else None,
+                "bm25": float(bm25[row]), "recency": float(recency[row]),
+                "fused": float(fused[i]), "rank": r + 1})
+        return out
+
+    def _bm25(self, query: str) -> np.ndarray:
+        n = len(self.turn_no)
+        out = np.zeros(n)
+        terms = query_terms(query)
+        if not terms or not len(self.vocab):
+            return out
+        ids = pc.index_in(pa.array([t for t, _ in terms], pa.string()), value_set=self.vocab)
+        avgdl = max(float(self.n_terms.mean()), 1.0)
+        norm = 1.2 * (0.25 + 0.75 * self.n_terms / avgdl)
+        for (_, weight), tid in zip(terms, ids.to_pylist(), strict=True):
+            if tid is None:
+                continue
+            lo, hi = self.p_offsets[tid], self.p_offsets[tid + 1]
+            rows, tf = self.p_row[lo:hi], self.p_tf[lo:hi].astype(np.float64)
+            df = hi - lo
+            idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+            np.add.at(out, rows, weight * idf * tf * 2.2 / (tf + norm[rows]))
+        return out
+
+
+def _interned(column: pa.ChunkedArray) -> list[Any]:
+    """A short-string column as a list sharing one object per distinct value."""
+    seen: dict[Any, Any] = {}
+    return [seen.setdefault(v, v) for v in column.to_pylist()]
+
+
+def _ranks(score: np.ndarray, turn_no: np.ndarray) -> np.ndarray:
+    """1-based rank by ``score`` descending, then ``turn_no`` descending."""
+    order = np.lexsort((-turn_no, -score))
+    ranks = np.empty(len(score), dtype=np.float64)
+    ranks[order] = np.arange(1, len(score) + 1)
+    return ranks
+
+
+class IndexCache:
+    """Session indexes, least recently used dropped first past ``max_bytes``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, SessionIndex] = OrderedDict()
+        self._generation: dict[str, int] = {}
+        self.loads = 0
+
+    def get(self, store: Store, sid: str, key: tuple[Any, ...]) -> SessionIndex:
+        """The index of ``sid``, (re)loaded when the session changed since it was built."""
+        idx = self._items.get(sid)
+        if idx is None or idx.key != key or self._generation.get(sid) != store.generation:
+            idx = SessionIndex.load(store, sid, key)
+            release_free_memory()  # loading frees its Arrow tables at once
+            self.loads += 1
+            self._items[sid] = idx
+            self._generation[sid] = store.generation
+        self._items.move_to_end(sid)
+        total = sum(i.nbytes for i in self._items.values())
+        while total > self.max_bytes and len(self._items) > 1:
+            old_sid, dropped = self._items.popitem(last=False)
+            self._generation.pop(old_sid, None)
+            total -= dropped.nbytes
+        return idx
+
+    def advance(self, before: int, after: int, changed: set[str]) -> None:
+        """A write took the store from generation ``before`` to ``after`` and touched only
+        ``changed``: the other indexes that were current stay valid."""
+        for sid in list(self._items):
+            if sid in changed:
+                self._items.pop(sid)
+                self._generation.pop(sid, None)
+            elif self._generation.get(sid) == before:
+                self._generation[sid] = after

@@ -1,0 +1,120 @@
+"""The in-process retrieval index: same ranking as the ``cce_retrieve`` SQL macro, kept fresh."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from cce_duck import Engine
+
+SAMPLE = Path(__file__).resolve().parents[1] / "cce_duck" / "data" / "sample_conversation.json"
+QUESTIONS = [
+    "Which database did we choose and why?",
+    "What was decided about the budget?",
+    "When is the launch?",
+    "lighthouse",
+    "Who is responsible for the tests?",
+    "What did Maria say about encryption keys?",
+]
+
+
+def _sample() -> list[dict[str, object]]:
+    data = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    return data["messages"] if isinstance(data, dict) else data
+
+
+def _macro(eng: Engine, sid: str, q: str, **kw: object) -> list[tuple[int, float, float]]:
+    args = ", ".join(f"{k} := ?" for k in kw)
+    rows = eng.store.con.execute(
+        f"SELECT turn_no, dense, bm25 FROM cce_retrieve(?, ?{', ' if kw else ''}{args})",
+        [sid, q, *kw.values()]).fetchall()
+    return [(int(t), float(d), float(b)) for t, d, b in rows]
+
+
+def _index(eng: Engine, sid: str, q: str, **kw: object) -> list[tuple[int, float, float]]:
+    state = eng.store.q("session_state", {"sid": sid}).fetchone()
+    idx = eng.index.get(eng.store, sid, (state[1], int(state[0])))
+    qv = eng.store.embedder.embed([q], "query")[0]
+    hits = idx.retrieve(qv, q, next_turn=int(state[0]), k=int(kw.pop("k", 40)),  # type: ignore[call-overload]
+                        **kw)  # type: ignore[arg-type]
+    return [(h["turn_no"], h["dense"], h["bm25"]) for h in hits]
+
+
+@pytest.mark.parametrize("embedder", ["hash", "onnx"])
+def test_index_ranks_like_the_sql_macro(tmp_path: Path, embedder: str) -> None:
+    with Engine(data_dir=tmp_path / embedder, embedder=embedder) as eng:
+        eng.ingest("s", _sample())
+        for q in QUESTIONS:
+            sql, mine = _macro(eng, "s", q, k=40), _index(eng, "s", q, k=40)
+            assert len(sql) == len(mine) > 0
+            # same scores per turn, and the same order (up to float noise on exact ties)
+            by_turn = {t: (d, b) for t, d, b in sql}
+            for t, d, b in mine:
+                assert t in by_turn, (q, t)
+                assert d == pytest.approx(by_turn[t][0], abs=1e-5)
+                assert b == pytest.approx(by_turn[t][1], rel=1e-6, abs=1e-9)
+            assert [t for t, _, _ in sql[:10]] == [t for t, _, _ in mine[:10]], q
+
+
+def test_index_filters_like_the_sql_macro(file_engine: Engine) -> None:
+    msgs = _sample()
+    file_engine.ingest("s", msgs)
+    n = len(msgs)
+    start = datetime.fromisoformat(str(msgs[0]["timestamp"]).replace("Z", "+00:00")).replace(
+        tzinfo=None)
+    since = start + timedelta(minutes=10)
+    for kw in ({"last_turns": 12}, {"before_turn": n - 6}, {"since": since.isoformat()}):
+        sql = [t for t, _, _ in _macro(file_engine, "s", "budget decision", k=20, **kw)]
+        extra = dict(kw)
+        if "since" in extra:
+            extra["since"] = since
+        mine = [t for t, _, _ in _index(file_engine, "s", "budget decision", k=20, **extra)]
+        assert sql == mine, kw
+
+
+def test_index_is_reloaded_after_writes(file_engine: Engine) -> None:
+    file_engine.ingest("s", _sample())
+    file_engine.context("s", "budget")
+    loads = file_engine.index.loads
+    file_engine.context("s", "launch date")
+    assert file_engine.index.loads == loads  # unchanged session: cached
+    file_engine.add_message("s", "user", "The zanzibar protocol is our new codename.")
+    hits = file_engine.search("s", "zanzibar protocol", k=3)
+    assert file_engine.index.loads == loads + 1
+    assert "zanzibar" in hits["content"][0]
+
+
+def test_retrieval_counts_are_stored_with_the_next_flush(data_dir: Path) -> None:
+    with Engine(data_dir=data_dir, embedder="hash") as eng:
+        eng.ingest("s", _sample())
+        payload = eng.context("s", "Which database did we choose?")
+        used = {n["note_id"] for n in payload.notes if n["note_id"] is not None}
+        assert used
+    with Engine(data_dir=data_dir, embedder="hash") as eng:
+        counts = dict(eng.sql("SELECT note_id, retrieval_count FROM notes").iter_rows())
+    assert all(counts[i] == 1 for i in used)
+    assert all(c == 0 for i, c in counts.items() if i not in used)
+
+
+def test_index_follows_pins_corrections_and_sql_writes(file_engine: Engine) -> None:
+    file_engine.ingest("s", _sample())
+    file_engine.ingest("t", [{"role": "user", "content": "Another session about gardening."}])
+    file_engine.context("s", "budget")
+    file_engine.context("t", "gardening")
+    loads = file_engine.index.loads
+    file_engine.add_message("t", "user", "Tomatoes need sun.")
+    file_engine.context("s", "budget")  # a flush of session t leaves s's index valid
+    assert file_engine.index.loads == loads
+    file_engine.pin("s", "Always answer in French.")
+    assert "Always answer in French." in file_engine.context("s", "budget").to_string()
+    turn = int(file_engine.search("s", "Lighthouse", k=1)["turn_no"][0])
+    file_engine.edit_turn("s", turn, "The quokka telemetry relay is on the roof.")
+    assert file_engine.search("s", "quokka telemetry", k=1)["turn_no"][0] == turn
+    file_engine.sql("UPDATE turns SET content = 'zebra crossing' WHERE session_id = 's' "
+                    "AND turn_no = 0")
+    before = file_engine.index.loads
+    file_engine.context("s", "zebra")
+    assert file_engine.index.loads == before + 1

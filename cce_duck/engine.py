@@ -162,7 +162,7 @@ class Engine(ManagementMixin):
     def _existing(self, session_id: str) -> str:
         sid = validate_session_id(session_id)
         if not self.store.read_only:
-            self.writer.flush()
+            self.writer.flush(counts=True)  # reads of notes see how often they were retrieved
         if self.store.q("session_row", {"sid": sid}).fetchone() is None:
             raise NotFoundError(f"unknown session {sid!r}")
         return sid

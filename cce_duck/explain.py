@@ -36,9 +36,8 @@ def refine(payload: ContextPayload, window: Window) -> None:
     parts = ("pins", "system_note", "recent", "pending", "notes", "overhead")
     budget["planned"] = sum(budget.get(p, 0) for p in parts)
     budget["free"] = payload.max_tokens - payload.tokens
-    by_id = {n["note_id"]: n for n in payload.notes}
-    for c in ex.get("chosen", []):
-        note = by_id.get(c["note_id"], {})
+    # "chosen" lists payload.notes in order (turns not yet in a note have no note id to match on)
+    for c, note in zip(ex.get("chosen", []), payload.notes, strict=False):
         c["label"] = note.get("label")
         c["start_turn"] = note.get("start_turn")
         c["end_turn"] = note.get("end_turn")

@@ -248,7 +248,7 @@ class Engine(ManagementMixin):
         """Run any SQL on the store (UDFs and macros available) and return a frame."""
         if self.store.read_only:
             return self.store.con.execute(query, params).pl()
-        self.writer.flush()
+        self.writer.flush(counts=True)
         try:
             return self.store.con.execute(query, params).pl()
         finally:

@@ -11,8 +11,6 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-import Stemmer
-
 from cce_duck.scripts import FOLD, KATAKANA, MARKS, NO_SPACE, script_of
 from cce_duck.stopwords import OTHER_STOPWORDS, QUESTION_WORDS
 
@@ -67,7 +65,6 @@ _ASCII_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 _KATAKANA = re.compile(f"[{KATAKANA}]")
 _SENTENCE_START = frozenset(".!?¿¡…。！？\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?…।॥؟])[\"')\]]*\s+|(?<=[。！？])|\n+")
-_SNOWBALL = Stemmer.Stemmer("english")  # PyStemmer: C, thread-safe, cached
 _TOKEN_PIECE = re.compile(
     rf"[{NO_SPACE}]+|[A-Za-z]+|\d+|(?:[^\W\d_A-Za-z{NO_SPACE}]|[{MARKS}])+|\n|[ \t]{{2,}}|[^\w\s]",
     re.UNICODE,
@@ -115,12 +112,21 @@ _QUESTION: frozenset[str] = frozenset(_normalise(w) for w in _QUESTION_WORDS | Q
 
 
 def _stem(word: str) -> str:
-    """Snowball (Porter 2) stem of an English word; possessives dropped; other scripts kept."""
+    """A light English plural/possessive stemmer (other scripts are left alone)."""
     if word.endswith("'s"):
         word = word[:-2]
     elif "'" in word:
         word = word.replace("'", "")
-    return str(_SNOWBALL.stemWord(word)) if word.isascii() else word
+    if len(word) > 3 and word.isascii() and word.endswith("s") and not word.endswith(
+        ("ss", "us", "is")
+    ):
+        if word.endswith("sses"):  # classes -> class
+            word = word[:-2]
+        elif word.endswith("ies") and len(word) > 4:  # queries -> query (but ties -> tie)
+            word = word[:-3] + "y"
+        else:  # bugs -> bug
+            word = word[:-1]
+    return word
 
 
 def _bigrams(run: str) -> list[str]:
@@ -147,7 +153,7 @@ def _keep(word: str) -> bool:
 
 
 def terms(text: str) -> list[str]:
-    """BM25 terms of a text: normalised words without stop words, Snowball-stemmed (English).
+    """BM25 terms of a text: normalised words without stop words, lightly stemmed.
 
     Works for any script: combining marks stay inside words (Devanagari, Arabic, decomposed
     accents), Chinese/Japanese/Korean/Thai runs become overlapping character bigrams, any

@@ -14,7 +14,11 @@ export interface EngineOptions {
   hotTurns?: number;
   liveBatchTurns?: number;
   maxTokens?: number;
+  /** Most topic notes quoted per question (default 32). */
   topK?: number;
+  /** Newest turns always sent verbatim with a fact question (default 2); older hot and pending
+   * turns are quoted when relevant, and an overview question gets them all. */
+  recentTurns?: number;
   topicThreshold?: number | null;
   minTopicTurns?: number;
   maxTopicTurns?: number;

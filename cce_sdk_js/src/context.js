@@ -1,6 +1,7 @@
 // The context builder, ported from cce_duck/context.py: pins, recent and pending turns, then
 // retrieved notes with verbatim quotes, under a hard token cap.
-import { estimateTokens } from "./text.js";
+import { contentWords, estimateTokens } from "./text.js";
+import { clip } from "./topics.js";
 
 export const MESSAGE_OVERHEAD = 4;
 export const MEMORY_HEADER = "Memory of earlier conversation (verbatim quotes, oldest first):";
@@ -8,6 +9,8 @@ const PIN_HEADER = "Pinned:";
 const RECENT_SHARE = 0.3;
 const QUOTE_MAX_TOKENS = 120;
 const QUOTES_PER_NOTE = 6;
+const FILLER_MAX_WORDS = 1; // a sentence with at most this many content words is a pleasantry
+const HITS_PER_NOTE = 8; // turns retrieved per note allowed, so a full budget has candidates to spare
 const OVERVIEW = new RegExp(
   "\\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
   + "|what (topics|subjects)|summari[sz]e (our|the|this) (conversation|chat|discussion)"
@@ -18,15 +21,6 @@ export function isOverviewQuestion(query) {
 }
 
 const day = (ms) => new Date(ms).toISOString().slice(0, 16).replace("T", " ");
-
-function clip(text, limit) {
-  if (estimateTokens(text) <= limit) return text;
-  let words = text.split(/\s+/u).filter(Boolean);
-  while (words.length && estimateTokens(words.join(" ") + " …") > limit) {
-    words = words.slice(0, Math.max(0, words.length - Math.max(1, Math.floor(words.length / 8))));
-  }
-  return words.join(" ") + " …";
-}
 
 class Budget {
   constructor(total) {
@@ -46,10 +40,16 @@ class Budget {
 
 const line = (t) => `${t.speaker || t.role}: ${t.content}`;
 
+// `[date time · topic label]`: when it was said, and what about (turn numbers stay in the
+// payload's notes and the explain form, not in the tokens a model pays for).
 function noteHeader(n) {
-  const span = n.start_turn === n.end_turn ? `turn ${n.start_turn}` : `turns ${n.start_turn}-${n.end_turn}`;
-  return `[${day(n.start_ts)} · ${span} · ${n.label}]`;
+  return `[${day(n.start_ts)} · ${n.label}]`;
 }
+
+const dateOf = (ms) => new Date(ms).toISOString().slice(0, 10);
+
+/** The date line quotes of one day are shown under. */
+const dayHeader = (ms) => `[${dateOf(ms)}]`;
 
 function header(note) {
   return { note_id: note.noteId, label: note.label, summary: note.summary, start_turn: note.startTurn,
@@ -88,7 +88,8 @@ export class ContextPayload {
   toJSON() {
     return { session_id: this.sessionId, query: this.query, max_tokens: this.maxTokens, memory: this.memory,
       turns: this.turns.map((t) => ({ ...t, ts: new Date(t.ts).toISOString() })),
-      notes: this.notes.map((n) => ({ ...n, start_ts: new Date(n.start_ts).toISOString(), end_ts: new Date(n.end_ts).toISOString() })),
+      notes: this.notes.map((n) => ({ ...n, start_ts: new Date(n.start_ts).toISOString(), end_ts: new Date(n.end_ts).toISOString(),
+        quotes: n.quotes.map((q) => (q.ts === undefined ? q : { ...q, ts: new Date(q.ts).toISOString() })) })),
       pins: this.pins, full_tokens: this.fullTokens, tokens: this.tokens, tokens_saved: this.tokensSaved,
       messages: this.toMessages(), explain: this.explain ?? null };
   }
@@ -109,14 +110,18 @@ export function buildContext(engine, s, req, explain) {
     }
   }
 
-  // 2. recent and pending turns, newest first, within their share
+  // 2. recent and pending turns, newest first, within their share. An overview question gets
+  // the whole uncompressed tail; a fact question the latest `recentTurns` (the exchange being
+  // answered), while older hot and pending turns compete with the notes on relevance.
+  const overview = isOverviewQuestion(req.query);
+  const uncompressed = s.turns.filter((t) => t.noteId === null && t.content !== null).reverse();
+  const tail = overview ? uncompressed.length : cfg.recentTurns;
   const verbatim = [];
-  const rows = s.turns.filter((t) => t.noteId === null && t.content !== null
-    && (req.since === null || t.ts >= req.since) && (req.until === null || t.ts <= req.until)
-    && (first === null || t.turnNo >= first)).reverse();
   const share = budget.used + Math.trunc(req.maxTokens * RECENT_SHARE);
   let headerPaid = false;
-  for (const t of rows) {
+  for (const t of uncompressed.slice(0, tail)) {
+    if ((first !== null && t.turnNo < first) || (req.since !== null && t.ts < req.since)
+      || (req.until !== null && t.ts > req.until)) continue;
     const state = t.turnNo >= s.nextTurn - cfg.hotTurns ? "hot" : "pending";
     const vt = { turn_no: t.turnNo, role: t.role, speaker: t.speaker, content: t.content, ts: t.ts, state };
     const cost = Math.max(t.tokens + MESSAGE_OVERHEAD, estimateTokens(line(vt)) + 1);
@@ -132,7 +137,6 @@ export function buildContext(engine, s, req, explain) {
   const firstVerbatim = verbatim.length ? verbatim[0].turn_no : null;
 
   // 3. notes: retrieved quotes grouped by topic, or the overview
-  const overview = isOverviewQuestion(req.query);
   let memoryPaid = pins.length > 0;
   let chosen = [];
   let dropped = [];
@@ -140,7 +144,7 @@ export function buildContext(engine, s, req, explain) {
   if (overview) {
     ({ chosen, dropped, memoryPaid } = overviewNotes(s, budget, memoryPaid, memoryOverhead));
   } else if (req.query.trim()) {
-    hits = engine.retrieve(s.id, req.query, { k: req.topK * 8, since: req.since, until: req.until,
+    hits = engine.retrieve(s.id, req.query, { k: HITS_PER_NOTE * req.topK, since: req.since, until: req.until,
       lastTurns: req.lastTurns, beforeTurn: firstVerbatim });
     ({ chosen, dropped, memoryPaid } = quotes(s, req, hits, budget, memoryPaid, memoryOverhead));
   }
@@ -187,41 +191,62 @@ export function buildContext(engine, s, req, explain) {
   return payload;
 }
 
-function quoteText(turn, bestSentence) {
+/** The part of a turn worth quoting (its best sentence, and the next one when short) and its
+ * token estimate. */
+function quoteText(turn, best) {
   const content = turn.content;
-  if (bestSentence !== null && turn.sents.length && turn.tokens > QUOTE_MAX_TOKENS / 2) {
-    const s = turn.sents[bestSentence];
+  if (best !== null && turn.tokens > QUOTE_MAX_TOKENS) {
+    const s = turn.sents[best];
     if (s) {
       let text = content.slice(s.start, s.end);
-      const nxt = turn.sents[bestSentence + 1];
+      const nxt = turn.sents[best + 1];
       if (nxt && estimateTokens(text) < 16) text = content.slice(s.start, nxt.end);
-      return clip(text, QUOTE_MAX_TOKENS);
+      text = clip(text, QUOTE_MAX_TOKENS);
+      return [text, estimateTokens(text)];
     }
   }
-  return clip(content, QUOTE_MAX_TOKENS);
+  const spans = turn.sents;
+  if (spans.length > 1) { // leave out pleasantries ("Wow, that's great!") around the substance
+    const keep = spans.filter((x, no) => no === best
+      || contentWords(content.slice(x.start, x.end)).size >= FILLER_MAX_WORDS + 1);
+    if (keep.length && keep.length < spans.length) {
+      const text = clip(keep.map((x) => content.slice(x.start, x.end)).join(" "), QUOTE_MAX_TOKENS);
+      return [text, estimateTokens(text)];
+    }
+  }
+  if (turn.tokens <= QUOTE_MAX_TOKENS) return [content, turn.tokens];
+  const text = clip(content, QUOTE_MAX_TOKENS);
+  return [text, estimateTokens(text)];
 }
 
 function quotes(s, req, hits, budget, memoryPaid, memoryOverhead) {
   if (!hits.length) return { chosen: [], dropped: [], memoryPaid };
   const groups = new Map();
   const dropped = [];
+  const whoTokens = new Map();
+  const days = new Set();
   for (const h of hits) {
     const turn = s.byNo.get(h.turn_no);
     if (!turn) continue;
     const key = h.note_id !== null ? h.note_id : `turn-${h.turn_no}`;
-    const who = h.speaker || h.role;
-    const ln = `${who}: ${quoteText(turn, h.best_sentence)}`;
-    let cost = estimateTokens(ln) + 1;
     let group = groups.get(key);
+    if (!group && groups.size >= req.topK) {
+      dropped.push({ turn_no: h.turn_no, note_id: h.note_id, reason: "top_k", fused: h.fused });
+      continue;
+    }
+    const who = h.speaker || h.role;
+    const [text, textTokens] = quoteText(turn, h.best_sentence);
+    const ln = `${who}: ${text}`;
+    if (!whoTokens.has(who)) whoTokens.set(who, estimateTokens(`${who}:`));
+    let cost = whoTokens.get(who) + textTokens + 1; // the estimate is additive over these pieces
     if (!group) {
-      if (groups.size >= req.topK) {
-        dropped.push({ turn_no: h.turn_no, note_id: h.note_id, reason: "top_k", fused: h.fused });
-        continue;
-      }
       const hdr = h.note_id !== null ? header(s.notes.find((n) => n.noteId === h.note_id))
         : { note_id: null, label: "not yet summarised", start_turn: h.turn_no, end_turn: h.turn_no, start_ts: h.ts, end_ts: h.ts };
       group = { ...hdr, quotes: [] };
-      cost += estimateTokens(noteHeader(group)) + 1;
+    }
+    const d = dateOf(h.ts);
+    if (!days.has(d)) { // quotes are shown under one date line per day
+      cost += estimateTokens(dayHeader(h.ts)) + 1;
     } else if (group.quotes.length >= QUOTES_PER_NOTE) {
       dropped.push({ turn_no: h.turn_no, note_id: h.note_id, reason: "quotes_per_note", fused: h.fused });
       continue;
@@ -236,9 +261,10 @@ function quotes(s, req, hits, budget, memoryPaid, memoryOverhead) {
       budget.split.overhead += extra;
       memoryPaid = true;
     }
+    days.add(d);
     groups.set(key, group);
     group.quotes.push({ turn_no: h.turn_no, dense: h.dense, bm25: h.bm25, recency: h.recency, fused: h.fused,
-      rank: h.rank, speaker: who, text: ln.slice(who.length + 2), line: ln });
+      rank: h.rank, speaker: who, text, line: ln, ts: h.ts });
   }
   const chosen = [...groups.values()].sort((a, b) => a.start_turn - b.start_turn);
   for (const g of chosen) g.quotes.sort((a, b) => a.turn_no - b.turn_no);
@@ -281,9 +307,17 @@ function renderMemory(pins, notes, overview) {
   if (!pins.length && !notes.length) return "";
   const out = [MEMORY_HEADER];
   if (pins.length) out.push(PIN_HEADER, ...pins);
-  for (const n of notes) {
-    if (overview) { out.push(n.overview_line); continue; }
-    out.push(noteHeader(n), ...n.quotes.map((q) => q.line));
+  if (overview) {
+    for (const n of notes) out.push(n.overview_line);
+    return out.join("\n");
+  }
+  let d = null;
+  for (const q of notes.flatMap((n) => n.quotes).sort((a, b) => a.turn_no - b.turn_no)) {
+    if (dateOf(q.ts) !== d) {
+      d = dateOf(q.ts);
+      out.push(dayHeader(q.ts));
+    }
+    out.push(q.line);
   }
   return out.join("\n");
 }

@@ -14,7 +14,8 @@ export const DEFAULTS = Object.freeze({
   hotTurns: 6,
   liveBatchTurns: 8,
   maxTokens: 1000,
-  topK: 8,
+  topK: 32,
+  recentTurns: 2,
   topicThreshold: null, // null: the embedder's (0.05 for hash)
   minTopicTurns: 2,
   maxTopicTurns: 12,
@@ -22,7 +23,7 @@ export const DEFAULTS = Object.freeze({
   recencyWeight: 0.05,
   sentenceMinTokens: 24,
   rrfK: 60,
-  flushEvery: 64,
+  flushEvery: 256,
   dim: 384,
 });
 
@@ -44,7 +45,7 @@ class LiteEngine {
     const unknown = Object.keys(options).filter((k) => !(k in DEFAULTS));
     if (unknown.length) throw new ValidationError(`unknown option(s): ${unknown.join(", ")}`);
     this.config = { ...DEFAULTS, ...options };
-    for (const k of ["hotTurns", "liveBatchTurns", "maxTokens", "topK", "minTopicTurns", "maxTopicTurns",
+    for (const k of ["hotTurns", "liveBatchTurns", "maxTokens", "topK", "recentTurns", "minTopicTurns", "maxTopicTurns",
       "sentenceMinTokens", "rrfK", "flushEvery", "dim"]) positiveInt(k, this.config[k]);
     if (this.config.minTopicTurns > this.config.maxTopicTurns) {
       throw new ValidationError("minTopicTurns must not exceed maxTopicTurns");
@@ -147,7 +148,8 @@ class LiteEngine {
   }
 
   _insert(s, n, m) {
-    const words = terms(m.content);
+    // who said it is part of what a turn is about ("what did Maria decide?")
+    const words = [...terms(m.content), ...(m.speaker ? terms(m.speaker) : [])];
     const tf = new Map();
     for (const w of words) tf.set(w, (tf.get(w) ?? 0) + 1);
     const tokens = estimateTokens(m.content);
@@ -156,12 +158,15 @@ class LiteEngine {
       ? sentences.map((x) => [x.start, x.end]) : [];
     let vec;
     let sents = [];
+    // Embedded as "Speaker: text" (sentence spans shifted to match), like the BM25 terms.
+    const prefix = m.speaker ? `${m.speaker}: ` : "";
     if (spans.length) {
-      const { whole, parts } = this.embedder.embedSpans(m.content, spans);
+      const { whole, parts } = this.embedder.embedSpans(prefix + m.content,
+        spans.map(([a, b]) => [a + prefix.length, b + prefix.length]));
       vec = dequantize(quantize(whole));
       sents = spans.map(([a, b], j) => ({ sentNo: j, start: a, end: b, vec: dequantize(quantize(parts[j])) }));
     } else {
-      vec = dequantize(quantize(this.embedder.embed(m.content)));
+      vec = dequantize(quantize(this.embedder.embed(prefix + m.content)));
     }
     const turn = {
       turnNo: n, role: m.role, speaker: m.speaker, content: m.content, ts: m.ts, tokens,

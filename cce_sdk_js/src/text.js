@@ -105,6 +105,21 @@ export function terms(text) {
   return out;
 }
 
+/** `[term, word]` pairs: each BM25 term of `text` with the word it was stemmed from. */
+export function termWords(text) {
+  const out = [];
+  for (const w of tokens(text)) {
+    if (STOPWORDS.has(w) || (cpLength(w) < 2 && ASCII.test(w) && !/^\d+$/.test(w))) continue;
+    out.push([stem(w), w]);
+  }
+  return out;
+}
+
+/** Distinct normalised words of 3+ characters that are not stop words (CJK: bigrams). */
+export function contentWords(text) {
+  return new Set(tokens(text).filter((w) => !STOPWORDS.has(w) && (cpLength(w) >= 3 || CJK_RUN.test(w))));
+}
+
 /** Distinct search terms of a question with weights (names, numbers, codes weigh 2). */
 export function queryTerms(query) {
   const seen = new Map();
@@ -114,8 +129,8 @@ export function queryTerms(query) {
     const distinctive = chars.some((c) => DIGIT.test(c))
       || (UPPER.test(chars[0]) && m.index > 0)
       || chars.filter((c) => UPPER.test(c)).length > 1;
-    for (const t of terms(raw)) {
-      if (QUESTION_WORDS.has(t)) continue;
+    for (const [t, word] of termWords(raw)) {
+      if (QUESTION_WORDS.has(word) || QUESTION_WORDS.has(t)) continue;
       seen.set(t, Math.max(seen.get(t) ?? 0, distinctive ? 2 : 1));
     }
   }

@@ -43,7 +43,8 @@ function who(t) {
   return t.speaker || t.role;
 }
 
-function clipWords(text, maxTokens) {
+/** `text` cut to its longest word prefix that fits `maxTokens` with an ellipsis. */
+export function clip(text, maxTokens) {
   if (estimateTokens(text) <= maxTokens) return text;
   const words = text.split(/\s+/u).filter(Boolean);
   let lo = 0;
@@ -65,7 +66,7 @@ export function micro(turn, maxTokens = 32) {
     const n = new Set(terms(s.text)).size;
     if (n > bestN) { best = s; bestN = n; }
   }
-  return `${who(turn)}: ${clipWords(best ? best.text : turn.content, maxTokens)}`;
+  return `${who(turn)}: ${clip(best ? best.text : turn.content, maxTokens)}`;
 }
 
 /** The topic's most central messages (closest to its centroid), in conversation order. */

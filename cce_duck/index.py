@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cce_duck.embedders.base import Matrix
-from cce_duck.memory import release_free_memory
 from cce_duck.store import Store
 from cce_duck.text import query_terms
 
@@ -245,7 +244,6 @@ class IndexCache:
         idx = self._items.get(sid)
         if idx is None or idx.key != key or self._generation.get(sid) != store.generation:
             idx = SessionIndex.load(store, sid, key)
-            release_free_memory()  # loading frees its Arrow tables at once
             self.loads += 1
             self._items[sid] = idx
             self._generation[sid] = store.generation

@@ -59,12 +59,14 @@ class ManagementMixin:
             ("session_id", pa.string()), ("called_at", pa.timestamp("us")),
             ("max_tokens", pa.int32()), ("tokens_sent", pa.int32()),
             ("history_tokens", pa.int32())]))
+        before = self.store.generation
         with self.store.transaction() as con:
             con.register("_b_calls", tbl)
             try:
                 self.store.q("insert_context_calls")
             finally:
                 con.unregister("_b_calls")
+        self.index.advance(before, self.store.generation, set())  # no session's memory changed
         calls.clear()
 
     # -- pins ---------------------------------------------------------------

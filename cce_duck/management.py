@@ -35,8 +35,10 @@ class ManagementMixin:
     config: Config
     index: IndexCache
 
-    def _existing(self, session_id: str) -> str:  # provided by Engine
-        raise NotImplementedError
+    if TYPE_CHECKING:
+        def _existing(self, session_id: str) -> str:
+            """A validated, stored session id (defined by ``Engine``)."""
+            ...
 
     # -- context bookkeeping (for stats) ------------------------------------
 

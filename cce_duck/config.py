@@ -9,7 +9,7 @@ from typing import Any
 
 from cce_duck.errors import ValidationError
 
-__all__ = ["Config"]
+__all__ = ["SUMMARISERS", "Config"]
 
 _ENV: dict[str, str] = {
     "data_dir": "CCE_DATA_DIR",
@@ -30,7 +30,16 @@ _ENV: dict[str, str] = {
     "warm_tier_max_chunks": "CCE_WARM_TIER_MAX_CHUNKS",
     "index_cache_mb": "CCE_INDEX_CACHE_MB",
     "duckdb_memory_mb": "CCE_DUCKDB_MEMORY_MB",
+    "summariser": "CCE_SUMMARISER",
+    "summariser_model": "CCE_SUMMARISER_MODEL",
+    "summariser_backend": "CCE_SUMMARISER_BACKEND",
+    "summariser_api_base": "CCE_SUMMARISER_API_BASE",
+    "summariser_max_tokens": "CCE_SUMMARISER_MAX_TOKENS",
+    "summariser_input_tokens": "CCE_SUMMARISER_INPUT_TOKENS",
+    "summariser_timeout_s": "CCE_SUMMARISER_TIMEOUT_S",
 }
+
+SUMMARISERS = ("extractive", "llm")
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,21 @@ class Config:
             sessions (int8 vectors and postings); least recently used sessions are dropped.
         duckdb_memory_mb: DuckDB's buffer pool limit. The database file is the source of
             truth; a small pool keeps resident memory flat as memory grows.
+        summariser: How topic notes (and the summary of a closed session) are summarised:
+            ``extractive`` (default: the topic's most central message lines, no model) or
+            ``llm`` (one model call per note through :class:`cce_duck.llm.LLM` and the store's
+            ``llm_cache``; any failure keeps the extractive summary and warns with
+            :class:`cce_duck.summariser.SummariserWarning`).
+        summariser_model: Model id of the ``llm`` summariser (``None``: ``CCE_LLM_MODEL``).
+        summariser_backend: ``litellm``, ``openai``, ``vllm`` or a backend object (``None``:
+            ``CCE_LLM_BACKEND``, else ``litellm``).
+        summariser_api_base: Address of an OpenAI-compatible server (``None``:
+            ``OPENAI_API_BASE``).
+        summariser_max_tokens: Cap of a note summary written by the model (the reply is limited
+            to it and clipped to it), and never more than the note's own text.
+        summariser_input_tokens: Most tokens of a topic's text one summary call sees (longer
+            topics send every message cut to a fair share).
+        summariser_timeout_s: Limit of one summary call (one retry, twice this in total).
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -87,13 +111,21 @@ class Config:
     warm_tier_max_chunks: int | None = None
     index_cache_mb: int = 64
     duckdb_memory_mb: int = 32
+    summariser: str = "extractive"
+    summariser_model: str | None = None
+    summariser_backend: Any = None
+    summariser_api_base: str | None = None
+    summariser_max_tokens: int = 80
+    summariser_input_tokens: int = 1024
+    summariser_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
         positive = ("hot_tier_max_turns", "live_batch_turns", "context_max_tokens", "top_k",
                     "recent_turns",
                     "min_topic_turns", "max_topic_turns", "sentence_min_tokens", "rrf_k",
-                    "flush_every", "index_cache_mb", "duckdb_memory_mb")
+                    "flush_every", "index_cache_mb", "duckdb_memory_mb", "summariser_max_tokens",
+                    "summariser_input_tokens")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -110,8 +142,32 @@ class Config:
         if self.encryption_key is not None and (
                 not isinstance(self.encryption_key, str) or not self.encryption_key):
             raise ValidationError("config encryption_key must be a non-empty string or None")
+        self._check_summariser()
         if self.data_dir is not None and not isinstance(self.data_dir, Path):
             object.__setattr__(self, "data_dir", Path(self.data_dir))
+
+    def _check_summariser(self) -> None:
+        mode = self.summariser
+        if not isinstance(mode, str) or mode.strip().lower() not in SUMMARISERS:
+            raise ValidationError(f"config summariser must be one of {list(SUMMARISERS)}, got {mode!r}")
+        object.__setattr__(self, "summariser", mode.strip().lower())
+        for name in ("summariser_model", "summariser_api_base"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValidationError(f"config {name} must be a non-empty string or None")
+        backend = self.summariser_backend
+        if isinstance(backend, str):
+            from cce_duck.llm.backends import BACKENDS
+
+            if backend.strip().lower() not in BACKENDS:
+                raise ValidationError(f"config summariser_backend must be one of {sorted(BACKENDS)} "
+                                      f"or a backend object, got {backend!r}")
+        elif backend is not None and not callable(getattr(backend, "complete", None)):
+            raise ValidationError("config summariser_backend must be a backend name or an object "
+                                  "with .name and .complete()")
+        t = self.summariser_timeout_s
+        if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
+            raise ValidationError(f"config summariser_timeout_s must be > 0, got {t!r}")
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Config:

@@ -149,7 +149,10 @@ class Engine(ManagementMixin):
         sid = self._existing(session_id)
         self.writer.flush(finish={sid}, hot_too=True)
         notes = self.store.q("note_labels", {"sid": sid}).fetchall()
-        summary = macro_summary([n[0] for n in notes], [n[1] for n in notes])
+        labels, summaries = [n[0] for n in notes], [n[1] for n in notes]
+        summary = macro_summary(labels, summaries)
+        if self.writer.summariser is not None:  # a model call, before the write transaction
+            summary = self.writer.summariser.summarise_session(sid, labels, summaries, summary)
         with self.store.transaction():
             self.store.q("upsert_summary", {"sid": sid, "summary": summary,
                                             "tokens": estimate_tokens(summary), "now": _now()})

@@ -26,6 +26,7 @@ from cce_duck.errors import CCEError, ConflictError
 from cce_duck.memory import release_free_memory
 from cce_duck.messages import Message
 from cce_duck.store import Store
+from cce_duck.summariser import FreshNote, Summariser
 from cce_duck.text import estimate_tokens, split_sentences, terms
 
 __all__ = ["JOURNAL_FILE", "TextAnalysis", "Writer", "analyse_text", "content_hash", "quantize", "vectors_of"]
@@ -116,6 +117,11 @@ class Writer:
         self._retrieved: Counter[tuple[str, int]] = Counter()  # (session, note) -> times in a context
         #: Called after each flush with (generation before, generation after, sessions written).
         self.on_flush: Callable[[int, int, set[str]], None] | None = None
+        #: The model summariser (``summariser="llm"``), else ``None`` (extractive summaries).
+        self.summariser: Summariser | None = None
+        if config.summariser == "llm" and not store.read_only:
+            self.summariser = Summariser(store, config)
+        self._fresh: list[FreshNote] = []  # notes of this flush that wait for a model summary
         if store.data_dir is not None and not store.read_only:
             self._journal = store.data_dir / JOURNAL_FILE
             self._replay()
@@ -195,21 +201,60 @@ class Writer:
         batch = self._prepare(self._buffer)
         finish = finish or set()
         before = self.store.generation
-        with self.store.transaction() as con:
-            if batch.turns:
-                self._insert(con, batch)
-            if self._retrieved:
-                self._bump(con)
-            for sid in sorted(set(batch.sessions) | finish):
-                self._compress(con, sid, finish=sid in finish, hot_too=hot_too and sid in finish)
+        self._fresh = []
+        try:
+            with self.store.transaction() as con:
+                if batch.turns:
+                    self._insert(con, batch)
+                if self._retrieved:
+                    self._bump(con)
+                for sid in sorted(set(batch.sessions) | finish):
+                    self._compress(con, sid, finish=sid in finish,
+                                   hot_too=hot_too and sid in finish)
+        except BaseException:
+            self._fresh = []
+            raise
         self._buffer = []
         if len(batch.turns) >= self.config.flush_every:
             release_free_memory()  # a full batch frees its Arrow tables and strings at once
         if self._journal is not None and self._journal.exists():
             with self._journal.open("w", encoding="utf-8"):
                 pass
+        if self._fresh:
+            self._summarise()
         if self.on_flush is not None:
             self.on_flush(before, self.store.generation, set(batch.sessions) | finish)
+
+    def _summarise(self) -> None:
+        """Model summaries for the notes just committed, swapped in by a second transaction.
+
+        The model is called with no transaction open; until the swap commits, the notes keep
+        their extractive summaries (also after a crash or any failure).
+        """
+        fresh, self._fresh = self._fresh, []
+        if self.summariser is None:
+            return
+        new = self.summariser.summarise_notes(fresh)
+        if not new:
+            return
+        old = {n.note_id: n for n in fresh}
+        ids = list(new)
+        tbl = pa.table({
+            "session_id": [old[i].session_id for i in ids],
+            "note_id": pa.array(ids, pa.int64()),
+            "old": [old[i].extractive for i in ids],
+            "summary": [new[i] for i in ids],
+            "summary_tokens": pa.array([estimate_tokens(new[i]) for i in ids], pa.int32()),
+        })
+        try:
+            with self.store.transaction() as con:
+                con.register("_b_summ", tbl)
+                try:
+                    self.store.q("set_note_summaries")
+                finally:
+                    con.unregister("_b_summ")
+        except Exception as exc:  # the notes keep their extractive summaries
+            self.summariser.warn(f"{len(ids)} model summaries were not stored: {exc}")
 
     def note_retrieved(self, session_id: str, note_ids: Iterable[int | None]) -> None:
         """Count that notes went into a context; stored with the next flush, not per query."""
@@ -369,6 +414,9 @@ class Writer:
             })
             note_vecs.append(topics.unit(v.mean(axis=0))[None, :])
             mapping.extend((sid, t.turn_no, note_id) for t in part)
+            if self.summariser is not None:
+                self._fresh.append(FreshNote(sid, note_id, tuple(part), notes[-1]["raw_tokens"],
+                                             summary))
         tbl = pa.Table.from_pylist(notes).append_column("vector", quantize(np.vstack(note_vecs)))
         cols = list(zip(*mapping, strict=True))
         mp = pa.table({"session_id": list(cols[0]), "turn_no": pa.array(cols[1], pa.int32()),

@@ -146,6 +146,13 @@ FROM main.notes WHERE session_id = $sid AND note_id = $nid;
 UPDATE main.notes SET label = $label, summary = $summary, summary_tokens = $summary_tokens
 WHERE session_id = $sid AND note_id = $nid;
 
+-- name: set_note_summaries
+-- Swap in model summaries from a registered batch _b_summ (session_id, note_id, old, summary,
+-- summary_tokens), only where a note still has the summary it was written with.
+UPDATE main.notes SET summary = b.summary, summary_tokens = b.summary_tokens
+FROM _b_summ AS b
+WHERE notes.session_id = b.session_id AND notes.note_id = b.note_id AND notes.summary = b.old;
+
 -- name: update_turn_text
 -- Replace a turn's text and everything derived from it in the turns table.
 UPDATE main.turns SET content = $content, tokens = $tokens, n_terms = $n_terms,

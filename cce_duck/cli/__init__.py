@@ -13,7 +13,16 @@ from rich.panel import Panel
 from rich.progress import track
 
 from cce_duck import __version__
-from cce_duck.cli.common import DataDir, EmbedderOpt, JsonOpt, _engine, _fail, app
+from cce_duck.cli.common import (
+    DataDir,
+    EmbedderOpt,
+    JsonOpt,
+    SummariserModelOpt,
+    SummariserOpt,
+    _engine,
+    _fail,
+    app,
+)
 from cce_duck.cli.output import Format, console, err_console, print_frame, print_json
 from cce_duck.config import Config
 from cce_duck.engine import Engine
@@ -83,6 +92,8 @@ def ingest(
     as_json: JsonOpt = False,
     data_dir: DataDir = None,
     embedder: EmbedderOpt = None,
+    summariser: SummariserOpt = None,
+    summariser_model: SummariserModelOpt = None,
 ) -> None:
     """Store a conversation in a session (re-ingesting the same history stores nothing twice)."""
     try:
@@ -96,7 +107,8 @@ def ingest(
             messages = data["messages"] if isinstance(data, dict) else data
         except json.JSONDecodeError:
             messages = parse_transcript(text)
-        with _engine(data_dir, embedder) as eng:
+        with _engine(data_dir, embedder, summariser=summariser,
+                     summariser_model=summariser_model) as eng:
             chunk = 64
             added: list[int] = []
             items = list(messages) if isinstance(messages, list) else messages

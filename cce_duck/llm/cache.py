@@ -73,7 +73,8 @@ class LLMCache:
         """The entry for ``key``, or ``None`` (missing, expired or corrupt: the latter two are
         deleted)."""
         with self._lock:
-            row = self._q("cache_get", {"key": key}).fetchone()
+            rows = self._q("cache_get", {"key": key}).fetchall()  # (closes the result)
+            row = rows[0] if rows else None
             if row is None:
                 return None
             response, p_tok, c_tok, created = row

@@ -66,6 +66,16 @@ _ALL = [
            "{{\"op\": \"DELETE\", \"id\": n}}. Return an empty list when nothing should change.",
            "Playbook:\n{playbook}\n\nQuestion: {question}\nReflection: {reflection}\n"
            "Sections allowed: {sections}"),
+    Prompt("note_summary", 1,
+           "You write the memory notes of a conversation. Summarise one topic of it in plain "
+           "sentences: who said or decided what, with names, numbers and dates kept. Reply with "
+           "the summary only.",
+           "Summarise this part of the conversation in at most {words} words.\n\n"
+           "<conversation>\n{text}\n</conversation>"),
+    Prompt("session_summary", 1,
+           "You summarise a whole conversation from the summaries of its topics. Keep names, "
+           "numbers, dates and decisions. Reply with the summary only.",
+           "Summarise this conversation in at most {words} words. Its topics, in order:\n\n{text}"),
 ]
 
 PROMPTS: dict[str, Prompt] = {p.name: p for p in _ALL}

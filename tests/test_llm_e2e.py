@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import topic_messages
 
 from cce_duck import Engine
 from cce_duck.errors import BudgetExceededError
 from cce_duck.llm import LLM
+from cce_duck.text import estimate_tokens
 from cce_duck.tools import okf
 from cce_duck.tools.check import ppa_check
 from cce_duck.tools.compaction import SUMMARY_HEADER, compact_messages
@@ -282,3 +284,50 @@ def test_evolver_with_the_real_model(server: str, engine: Engine, tmp_path: Path
                                                                checkpoint=ckpt)
     assert resumed.resumed_from == 2
     assert len(resumed.steps) == 2
+
+
+def test_engine_notes_summarised_by_the_real_model(server: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core engine's ``llm`` summariser: one real call per topic note and one for the closed
+    session, bounded, cached in the store (a warning would fail this test: warnings are errors)."""
+    monkeypatch.setenv("CCE_LLM_TOKENIZER", str(gguf_path()))  # exact input bound
+    folder = tmp_path / "store"
+    opts: dict[str, Any] = {"summariser": "llm", "summariser_model": "openai/smollm2",
+                            "summariser_api_base": server, "summariser_max_tokens": 48,
+                            "summariser_input_tokens": 600, "summariser_timeout_s": 120}
+    with Engine(data_dir=folder, embedder="hash", **opts) as eng:
+        eng.ingest("s", topic_messages())
+        closed = eng.close_session("s")
+        notes = eng.notes("s").to_dicts()
+        summ = eng.writer.summariser
+        assert summ is not None
+        assert len(notes) >= 5
+        assert [(o.note_id is None, o.source) for o in summ.outcomes] == (
+            [(False, "llm")] * len(notes) + [(True, "llm")])
+        assert [o.note_id for o in summ.outcomes][:-1] == [n["note_id"] for n in notes]
+        for n in notes:
+            assert n["summary"].strip()
+            assert "\n" not in n["summary"]
+            assert n["summary_tokens"] == estimate_tokens(n["summary"])
+            assert n["summary_tokens"] <= min(48, max(16, n["raw_tokens"]))
+        assert closed.strip()
+        assert estimate_tokens(closed) <= 240
+        assert eng.summary("s") == closed
+        assert summ.llm.usage.calls == len(notes) + 1
+        assert summ.llm.usage.failures == 0
+        assert summ.llm.counter.exact
+        rows = eng.sql("SELECT model, prompt_tokens, completion_tokens FROM llm_cache").rows()
+        assert len(rows) == len(notes) + 1
+        assert all(m == "openai/smollm2" and p > 0 and 0 < c <= 240 for m, p, c in rows)
+        # micro lines stay extractive: every one names its speaker and quotes the message
+        micro = eng.turns("s")["micro"].to_list()
+        assert all(line.startswith(("user: ", "assistant: ")) for line in micro)
+        first = [n["summary"] for n in notes]
+    with Engine(data_dir=folder, embedder="hash", **opts) as eng:
+        eng.ingest("again", topic_messages())
+        eng.close_session("again")
+        summ = eng.writer.summariser
+        assert summ is not None
+        assert summ.llm.usage.calls == 0  # every summary came from the cache
+        assert {o.source for o in summ.outcomes} == {"cache"}
+        assert eng.notes("again")["summary"].to_list() == first

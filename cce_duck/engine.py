@@ -19,6 +19,7 @@ from cce_duck.management import ManagementMixin
 from cce_duck.messages import parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
 from cce_duck.store import Store
+from cce_duck.summariser import model_of
 from cce_duck.text import estimate_tokens
 from cce_duck.topics import macro_summary
 from cce_duck.window import Window
@@ -52,6 +53,8 @@ class Engine(ManagementMixin):
         elif overrides:
             config = config.with_(**overrides)
         self.config = config
+        if config.summariser == "llm" and not read_only:
+            model_of(config)  # a missing model id is refused before the folder is touched
         self.store = Store(config.data_dir, config.embedder, read_only=read_only,
                            encryption_key=config.encryption_key,
                            memory_mb=config.duckdb_memory_mb)

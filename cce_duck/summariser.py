@@ -42,6 +42,7 @@ __all__ = [
     "Summariser",
     "SummariserWarning",
     "fit_lines",
+    "model_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,16 @@ def _clean(reply: str, max_tokens: int) -> str:
     return clip(text, max_tokens) if text else ""
 
 
+def model_of(config: Config) -> str:
+    """The model id of the ``llm`` summariser, or a :class:`ValidationError` naming the settings."""
+    model = config.summariser_model or os.environ.get("CCE_LLM_MODEL")
+    if not model or not model.strip():
+        raise ValidationError(
+            "summariser 'llm' needs a model: set summariser_model (CCE_SUMMARISER_MODEL) or "
+            "CCE_LLM_MODEL")
+    return model
+
+
 class Summariser:
     """Model summaries of notes and sessions for one store; built by the writer in ``llm`` mode.
 
@@ -130,11 +141,7 @@ class Summariser:
     def __init__(self, store: Any, config: Config) -> None:
         from cce_duck.tools.prompts import prompt
 
-        model = config.summariser_model or os.environ.get("CCE_LLM_MODEL")
-        if not model:
-            raise ValidationError(
-                "summariser 'llm' needs a model: set summariser_model (CCE_SUMMARISER_MODEL) or "
-                "CCE_LLM_MODEL")
+        model = model_of(config)
         t = float(config.summariser_timeout_s)
         self.store = store
         self.config = config

@@ -100,7 +100,35 @@ def test_config_validates_the_summariser_options(monkeypatch: pytest.MonkeyPatch
     for var in ("CCE_LLM_MODEL", "CCE_SUMMARISER_MODEL", "CCE_SUMMARISER_MAX_TOKENS"):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(ValidationError, match="CCE_SUMMARISER_MODEL"):
-        Engine(data_dir=None, embedder="hash", summariser="llm", summariser_backend=FakeBackend())
+        Engine(data_dir=tmp_path / "new", embedder="hash", summariser="llm",
+               summariser_backend=FakeBackend())
+    assert not (tmp_path / "new").exists()
+
+
+def test_cli_ingest_takes_the_summariser_options(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from cce_duck.cli import app
+
+    monkeypatch.delenv("CCE_LLM_MODEL", raising=False)
+    chat = tmp_path / "chat.txt"
+    chat.write_text("User: We picked DuckDB.\nAssistant: Noted.\n", encoding="utf-8")
+    folder = tmp_path / "d"
+    runner = CliRunner()
+    bad = runner.invoke(app, ["ingest", str(chat), "-s", "s", "-d", str(folder),
+                              "--summariser", "fancy"])
+    assert bad.exit_code == 2
+    assert "summariser must be one of" in bad.output
+    no_model = runner.invoke(app, ["ingest", str(chat), "-s", "s", "-d", str(folder)],
+                             env={"CCE_SUMMARISER": "llm"})
+    assert no_model.exit_code == 2
+    assert "CCE_SUMMARISER_MODEL" in no_model.output
+    assert not folder.exists()
+    ok = runner.invoke(app, ["ingest", str(chat), "-s", "s", "-d", str(folder),
+                             "--summariser", "extractive", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert '"stored": 2' in ok.output
 
 
 def test_extractive_mode_makes_no_model_object(tmp_path: Path) -> None:

@@ -220,10 +220,12 @@ class Writer:
         if self._journal is not None and self._journal.exists():
             with self._journal.open("w", encoding="utf-8"):
                 pass
-        if self._fresh:
-            self._summarise()
-        if self.on_flush is not None:
-            self.on_flush(before, self.store.generation, set(batch.sessions) | finish)
+        try:
+            if self._fresh:
+                self._summarise()
+        finally:  # (also when a warning is raised as an error or the call is interrupted)
+            if self.on_flush is not None:
+                self.on_flush(before, self.store.generation, set(batch.sessions) | finish)
 
     def _summarise(self) -> None:
         """Model summaries for the notes just committed, swapped in by a second transaction.

@@ -5,3 +5,5 @@ export class CCEError extends Error {
 export class ValidationError extends CCEError {}
 export class NotFoundError extends CCEError {}
 export class ConflictError extends CCEError {}
+/** A missing or refused API key (HTTP 401 / 403 from the REST server). */
+export class AuthError extends CCEError {}

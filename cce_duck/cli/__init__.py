@@ -33,6 +33,7 @@ __all__ = ["app", "main"]
 
 # Command modules register themselves on ``app`` when imported.
 from cce_duck.cli import archive as _archive  # noqa: F401
+from cce_duck.cli import dashboard as _dashboard  # noqa: F401
 from cce_duck.cli import memory as _memory  # noqa: F401
 from cce_duck.cli import serve as _serve  # noqa: F401
 from cce_duck.cli import shell as _shell  # noqa: F401

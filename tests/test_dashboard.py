@@ -1,0 +1,106 @@
+"""The live dashboard (``cce serve ui``) in headless Chromium: replay, ask, screenshot, assert.
+
+Real server process, real browser (Debian chromium + chromium-driver through Selenium).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from tests.browser import chromium
+from tests.servers import cce_server
+
+pytestmark = pytest.mark.e2e
+
+
+def _text(driver: object, element_id: str) -> str:
+    return str(driver.find_element(By.ID, element_id).text)  # type: ignore[attr-defined]
+
+
+def test_dashboard_replays_and_shows_the_context(tmp_path: Path) -> None:
+    with cce_server(["ui"], tmp_path / "data") as (base, _proc), chromium(tmp_path) as driver:
+        # everything the page loads is served by this app (no CDN)
+        page = httpx.get(base + "/ui/").text
+        assert "http" not in re.sub(r'xmlns="http://www.w3.org/2000/svg"', "", page)
+        driver.get(base + "/ui/?session=replay-1")
+        wait = WebDriverWait(driver, 120, poll_frequency=0.2)
+        wait.until(lambda d: _text(d, "status") == "ready")
+        Select(driver.find_element(By.ID, "delay")).select_by_value("0")
+        driver.find_element(By.ID, "replay").click()
+        wait.until(lambda d: _text(d, "status").startswith("replay done"))
+        assert _text(driver, "status") == "replay done: 40 messages"
+        # tiers filled as the engine says they are
+        turns = httpx.get(base + "/v1/sessions/replay-1/turns").json()["turns"]
+        notes = httpx.get(base + "/v1/sessions/replay-1/notes").json()["notes"]
+        hot = [t for t in turns if t["state"] == "hot"]
+        assert int(_text(driver, "count-hot")) == len(hot) == 6
+        assert int(_text(driver, "count-warm")) == len(notes) >= 3
+        assert int(_text(driver, "count-pending")) == sum(t["state"] == "pending" for t in turns)
+        warm = _text(driver, "tier-warm")
+        for n in notes:
+            assert n["label"] in warm
+            assert f"turns {n['start_turn']}–{n['end_turn']}" in warm
+        assert hot[-1]["content"][:40] in _text(driver, "tier-hot")
+        # the plot: one point per user message, sent below the full history at the end
+        sent = driver.find_element(By.ID, "line-sent").get_attribute("points") or ""
+        full = driver.find_element(By.ID, "line-full").get_attribute("points") or ""
+        assert len(sent.split()) == len(full.split()) == 20
+        caption = _text(driver, "plot-caption")
+        m = re.search(r"After 39 messages: (\d+) tokens sent instead of (\d+)", caption)
+        assert m is not None, caption
+        assert int(m.group(1)) < int(m.group(2))
+        # ask a question: context next to the full history, token counts, explain scores
+        q = driver.find_element(By.ID, "question")
+        q.clear()
+        q.send_keys("What freezer alert threshold did we settle on?")
+        driver.find_element(By.ID, "ask").click()
+        wait.until(lambda d: _text(d, "status").startswith("context:"))
+        context = _text(driver, "context")
+        assert "-16 °C" in context
+        assert context.startswith("[system]\nMemory of earlier conversation")
+        sent_tokens, full_tokens = int(_text(driver, "context-tokens")), int(_text(driver, "history-tokens"))
+        assert 0 < sent_tokens <= 500 < full_tokens
+        api = httpx.post(base + "/v1/sessions/replay-1/context",
+                         json={"query": "What freezer alert threshold did we settle on?", "max_tokens": 500})
+        assert api.json()["tokens"] == sent_tokens
+        assert "Freezers are actually supposed to stay below -18 °C" in _text(driver, "history")
+        rows = driver.find_elements(By.CSS_SELECTOR, "#explain tbody tr")
+        chosen = driver.find_elements(By.CSS_SELECTOR, "#explain tbody tr.chosen")
+        assert len(rows) == 25
+        assert chosen
+        assert _text(driver, "budget").startswith(f"budget {sent_tokens} / 500")
+        # type a message of your own
+        driver.find_element(By.ID, "message").send_keys("Also: the loading dock door sensor is D-7.")
+        driver.find_element(By.ID, "send").click()
+        wait.until(lambda d: "stored turn 40" in _text(d, "status"))
+        assert "loading dock door sensor is D-7" in _text(driver, "tier-hot")
+        shot = tmp_path / "dashboard.png"
+        assert driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 50_000
+        Path("/tmp/cce_dashboard.png").write_bytes(shot.read_bytes())
+
+
+def test_dashboard_writes_need_the_key(tmp_path: Path) -> None:
+    env = {"CCE_API_KEY": "s3cret"}
+    with cce_server(["ui"], tmp_path / "data", env=env) as (base, _proc), chromium(tmp_path) as driver:
+        assert httpx.get(base + "/ui/dashboard.js").status_code == 200  # the page itself is public
+        driver.get(base + "/ui/?session=locked&delay=0")
+        wait = WebDriverWait(driver, 60, poll_frequency=0.2)
+        wait.until(lambda d: _text(d, "status").startswith("401"))
+        driver.find_element(By.ID, "message").send_keys("Stored once the key is given.")
+        driver.find_element(By.ID, "send").click()
+        wait.until(lambda d: "401" in _text(d, "status") and "stored" not in _text(d, "status"))
+        admin = {"Authorization": "Bearer s3cret"}
+        assert httpx.get(base + "/v1/sessions/locked/turns", headers=admin).status_code == 404
+        key = driver.find_element(By.ID, "apikey")
+        key.send_keys("s3cret")
+        driver.find_element(By.ID, "send").click()
+        wait.until(lambda d: "stored turn 0" in _text(d, "status"))
+        turns = httpx.get(base + "/v1/sessions/locked/turns", headers=admin).json()["turns"]
+        assert [t["content"] for t in turns] == ["Stored once the key is given."]

@@ -203,3 +203,61 @@ export class CCEError extends Error {}
 export class ValidationError extends CCEError {}
 export class NotFoundError extends CCEError {}
 export class ConflictError extends CCEError {}
+
+/** A missing or refused API key (HTTP 401 / 403). */
+export class AuthError extends CCEError {}
+
+/** Errors thrown by CCEClient carry the HTTP status, the server's error type and details. */
+export interface HTTPErrorFields {
+  status?: number;
+  type?: string;
+  details?: unknown;
+}
+
+export interface ClientOptions {
+  apiKey?: string;
+  fetch?: typeof fetch;
+  timeoutMs?: number;
+  headers?: Record<string, string>;
+}
+
+/** Server context payload (JSON form of ContextPayload.to_dict()). */
+export interface RemoteContext {
+  session_id: string;
+  query: string;
+  max_tokens: number;
+  memory: string;
+  turns: (Omit<VerbatimTurn, "ts"> & { ts: string })[];
+  notes: (Omit<ChosenNote, "start_ts" | "end_ts"> & { start_ts: string; end_ts: string })[];
+  pins: string[];
+  full_tokens: number;
+  tokens: number;
+  tokens_saved: number;
+  messages: ChatMessage[];
+  explain: Explain | null;
+}
+
+export class CCEClient {
+  constructor(baseUrl?: string, options?: ClientOptions);
+  readonly baseUrl: string;
+  health(): Promise<{ status: string; version: string; embedder: string }>;
+  sessions(): Promise<{ session_id: string; status: string; turns: number; notes: number }[]>;
+  addMessages(sessionId: string, messages: MessageInput[]): Promise<number[]>;
+  addMessage(sessionId: string, role: Role, content: string, options?: { timestamp?: string; name?: string }): Promise<number>;
+  context(sessionId: string, query: string, options?: { maxTokens?: number; topK?: number; since?: string; until?: string;
+    lastTurns?: number; explain?: boolean }): Promise<RemoteContext>;
+  stats(sessionId: string): Promise<Record<string, unknown>>;
+  summary(sessionId: string): Promise<string | null>;
+  close(sessionId: string): Promise<string>;
+  compress(messages: MessageInput[], query: string, options?: { maxTokens?: number }): Promise<RemoteContext>;
+  pin(sessionId: string, textOrTurn: string | { turn: number }): Promise<number>;
+  pins(sessionId: string): Promise<{ pin_id: number; text: string; turn: number | null; created_at: string }[]>;
+  updatePin(sessionId: string, pinId: number, text: string): Promise<void>;
+  unpin(sessionId: string, pinId: number): Promise<void>;
+  editNote(sessionId: string, noteId: number, changes: { label?: string; summary?: string }): Promise<void>;
+  editTurn(sessionId: string, turn: number, text: string): Promise<void>;
+  forgetPlan(sessionId: string, what: { noteId: number } | { turns: [number, number] }): Promise<Record<string, unknown>[]>;
+  forget(sessionId: string, what: { noteId: number } | { turns: [number, number] }): Promise<Record<string, number>>;
+  exportSession(sessionId: string): Promise<Record<string, unknown>>;
+  sql(statement: string): Promise<{ columns: string[]; types: string[]; rows: unknown[][] }>;
+}

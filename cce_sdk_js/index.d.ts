@@ -221,7 +221,41 @@ export interface ClientOptions {
   headers?: Record<string, string>;
 }
 
-/** Server context payload (JSON form of ContextPayload.to_dict()). */
+/** Scores of one retrieved turn in the server's explain form. */
+export interface RemoteHit {
+  turn_no: number;
+  note_id: number | null;
+  role: Role;
+  speaker: string | null;
+  dense: number;
+  best_sentence: number | null;
+  bm25: number;
+  recency: number;
+  fused: number;
+  rank: number;
+}
+
+type Scores = Pick<RemoteHit, "dense" | "bm25" | "recency" | "fused">;
+
+/** `context(..., { explain: true }).explain` of `cce serve rest`. */
+export interface RemoteExplain {
+  /** `planned` = pins + system_note + recent + pending + notes + overhead, never above max_tokens. */
+  budget: { max_tokens: number; used: number; pins: number; system_note: number; recent: number; pending: number;
+    notes: number; overhead: number; planned: number; free: number };
+  overview: boolean;
+  hits: RemoteHit[];
+  /** The chosen notes in payload order, with label, span, best scores and their quotes. */
+  chosen: ({ note_id: number | null; label: string; start_turn: number; end_turn: number;
+    quotes: (Scores & { turn_no: number; rank: number })[] } & { [K in keyof Scores]: number | null })[];
+  /** Retrieved but left out, and why. */
+  dropped: { turn_no?: number; note_id: number | null; reason: "budget" | "top_k" | "quotes_per_note" | "cap" | string;
+    fused?: number | null }[];
+  window: { since: string | null; until: string | null; last_turns: number | null };
+  pins: string[];
+  verbatim_turns: number[];
+}
+
+/** Server context payload (JSON form of ContextPayload.to_dict(); times as ISO strings). */
 export interface RemoteContext {
   session_id: string;
   query: string;
@@ -234,30 +268,88 @@ export interface RemoteContext {
   tokens: number;
   tokens_saved: number;
   messages: ChatMessage[];
-  explain: Explain | null;
+  explain: RemoteExplain | null;
+}
+
+/** One session as `GET /v1/sessions` lists it. */
+export interface RemoteSession {
+  session_id: string;
+  status: "open" | "closed";
+  next_turn: number;
+  created_at: string;
+  updated_at: string;
+  turns: number;
+  notes: number;
+}
+
+/** `GET /v1/sessions/{id}/stats` (the `cce_stats` macro's row). */
+export interface RemoteStats {
+  session_id: string;
+  status?: "open" | "closed";
+  turns?: number;
+  raw_tokens?: number;
+  hot_turns?: number;
+  pending_turns?: number;
+  compressed_turns?: number;
+  notes?: number;
+  note_tokens?: number;
+  memory_tokens?: number;
+  compression_ratio?: number | null;
+  pins?: number;
+  contexts?: number;
+  tokens_sent?: number;
+  history_tokens?: number;
+  tokens_saved?: number;
+  [column: string]: unknown;
+}
+
+/** One row of a forget plan (the `cce_forget_plan` macro). */
+export interface ForgetPlanRow {
+  kind: string;
+  note_id: number | null;
+  turn_no: number | null;
+  pin_id: number | null;
+  rows: number;
+  tokens: number | null;
+  detail: string | null;
+}
+
+/** `GET /v1/sessions/{id}/export`: what `cce import` reads. */
+export interface ExportDocument {
+  format: string;
+  version: number;
+  embedder: string;
+  dim: number;
+  session: Record<string, unknown>;
+  turns: Record<string, unknown>[];
+  notes: Record<string, unknown>[];
+  pins: Record<string, unknown>[];
+  summary: string | null;
 }
 
 export class CCEClient {
   constructor(baseUrl?: string, options?: ClientOptions);
   readonly baseUrl: string;
   health(): Promise<{ status: string; version: string; embedder: string }>;
-  sessions(): Promise<{ session_id: string; status: string; turns: number; notes: number }[]>;
+  sessions(): Promise<RemoteSession[]>;
   addMessages(sessionId: string, messages: MessageInput[]): Promise<number[]>;
   addMessage(sessionId: string, role: Role, content: string, options?: { timestamp?: string; name?: string }): Promise<number>;
   context(sessionId: string, query: string, options?: { maxTokens?: number; topK?: number; since?: string; until?: string;
     lastTurns?: number; explain?: boolean }): Promise<RemoteContext>;
-  stats(sessionId: string): Promise<Record<string, unknown>>;
+  stats(sessionId: string): Promise<RemoteStats>;
   summary(sessionId: string): Promise<string | null>;
   close(sessionId: string): Promise<string>;
   compress(messages: MessageInput[], query: string, options?: { maxTokens?: number }): Promise<RemoteContext>;
   pin(sessionId: string, textOrTurn: string | { turn: number }): Promise<number>;
-  pins(sessionId: string): Promise<{ pin_id: number; text: string; turn: number | null; created_at: string }[]>;
+  pins(sessionId: string): Promise<{ pin_id: number; text: string; turn: number | null; created_at: string;
+    updated_at: string | null }[]>;
   updatePin(sessionId: string, pinId: number, text: string): Promise<void>;
   unpin(sessionId: string, pinId: number): Promise<void>;
   editNote(sessionId: string, noteId: number, changes: { label?: string; summary?: string }): Promise<void>;
   editTurn(sessionId: string, turn: number, text: string): Promise<void>;
-  forgetPlan(sessionId: string, what: { noteId: number } | { turns: [number, number] }): Promise<Record<string, unknown>[]>;
+  forgetPlan(sessionId: string, what: { noteId: number } | { turns: [number, number] }): Promise<ForgetPlanRow[]>;
   forget(sessionId: string, what: { noteId: number } | { turns: [number, number] }): Promise<Record<string, number>>;
-  exportSession(sessionId: string): Promise<Record<string, unknown>>;
+  exportSession(sessionId: string): Promise<ExportDocument>;
+  deleteSession(sessionId: string): Promise<Record<string, number>>;
   sql(statement: string): Promise<{ columns: string[]; types: string[]; rows: unknown[][] }>;
 }

@@ -1,5 +1,6 @@
 // CCEClient: the REST API of `cce serve rest` (sessions, messages, context with explain, stats,
-// pins, corrections, forgetting, export) over fetch, with API keys. Node 18+ and browsers.
+// pins, corrections, forgetting, export, deleting a session) over fetch, with API keys. Node 18+
+// and browsers.
 import { AuthError, CCEError, ConflictError, NotFoundError, ValidationError } from "./errors.js";
 
 const KINDS = { 400: ValidationError, 401: AuthError, 403: AuthError, 404: NotFoundError, 409: ConflictError,
@@ -127,8 +128,13 @@ export class CCEClient {
     return (await this._request("POST", `/v1/sessions/${sid(sessionId)}/forget`, forgetBody(what))).deleted;
   }
 
-  /** The whole session as JSON (turns, notes, pins), as `cce export` writes it. */
+  /** The whole session as JSON (turns, notes, pins, summary; no vectors), as `cce export` writes it. */
   exportSession(sessionId) { return this._request("GET", `/v1/sessions/${sid(sessionId)}/export`); }
+
+  /** Delete a session with everything stored about it; returns rows removed per table. */
+  async deleteSession(sessionId) {
+    return (await this._request("DELETE", `/v1/sessions/${sid(sessionId)}`)).deleted;
+  }
 
   /** One read-only SQL statement (admin keys only): {columns, types, rows}. */
   sql(statement) { return this._request("POST", "/v1/admin/sql", { sql: statement }); }

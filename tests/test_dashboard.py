@@ -23,8 +23,10 @@ def _text(driver: object, element_id: str) -> str:
 def test_dashboard_replays_and_shows_the_context(tmp_path: Path) -> None:
     with cce_server(["ui"], tmp_path / "data") as (base, _proc), chromium(tmp_path) as driver:
         # everything the page loads is served by this app (no CDN)
-        page = httpx.get(base + "/ui/").text
-        assert "http" not in re.sub(r'xmlns="http://www.w3.org/2000/svg"', "", page)
+        for name in ("", "dashboard.js", "dashboard.css"):
+            res = httpx.get(f"{base}/ui/{name}")
+            assert res.status_code == 200
+            assert "http" not in re.sub(r'"http://www.w3.org/2000/svg"', "", res.text), name
         driver.get(base + "/ui/?session=replay-1")
         wait = WebDriverWait(driver, 120, poll_frequency=0.2)
         wait.until(lambda d: _text(d, "status") == "ready")
@@ -67,11 +69,43 @@ def test_dashboard_replays_and_shows_the_context(tmp_path: Path) -> None:
                          json={"query": "What freezer alert threshold did we settle on?", "max_tokens": 500})
         assert api.json()["tokens"] == sent_tokens
         assert "Freezers are actually supposed to stay below -18 °C" in _text(driver, "history")
+        # the explain form: budget split, chosen notes with their best scores, every hit in or out
+        explained = httpx.post(base + "/v1/sessions/replay-1/context", json={
+            "query": "What freezer alert threshold did we settle on?", "max_tokens": 500,
+            "explain": True}).json()["explain"]
+        b = explained["budget"]
+        assert _text(driver, "budget") == (
+            f"budget {sent_tokens} / 500 · pins {b['pins']} · system note {b['system_note']} · recent "
+            f"{b['recent']} · pending {b['pending']} · notes {b['notes']} · overhead {b['overhead']} · "
+            f"free {b['free']}")
+        note_rows = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                     for tr in driver.find_elements(By.CSS_SELECTOR, "#chosen tbody tr")]
+        assert note_rows == [[c["label"], f"{c['start_turn']}–{c['end_turn']}", str(len(c["quotes"])),
+                              f"{c['dense']:.3f}", f"{c['bm25']:.2f}", f"{c['recency']:.2f}",
+                              f"{c['fused']:.4f}"] for c in explained["chosen"]]
+        assert len(note_rows) >= 1
         rows = driver.find_elements(By.CSS_SELECTOR, "#explain tbody tr")
-        chosen = driver.find_elements(By.CSS_SELECTOR, "#explain tbody tr.chosen")
-        assert len(rows) == 25
-        assert chosen
-        assert _text(driver, "budget").startswith(f"budget {sent_tokens} / 500")
+        assert len(rows) == min(25, len(explained["hits"])) == 25
+        quoted = {q["turn_no"] for c in explained["chosen"] for q in c["quotes"]}
+        reasons = {d["turn_no"]: d["reason"] for d in explained["dropped"] if "turn_no" in d}
+        marks = []
+        for tr, hit in zip(rows, explained["hits"], strict=False):
+            cells = [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+            assert cells[:2] == [str(hit["rank"]), str(hit["turn_no"])]
+            if hit["turn_no"] in quoted:
+                assert (cells[-1], tr.get_attribute("class")) == ("quoted", "chosen")
+            elif hit["turn_no"] in explained["verbatim_turns"]:
+                assert cells[-1] == "verbatim"
+            else:
+                assert cells[-1] == f"✗ {reasons[hit['turn_no']]}"
+            marks.append(cells[-1])
+        assert "quoted" in marks
+        assert any(m.startswith("✗ ") for m in marks)
+        # nothing was fetched from anywhere but this server
+        loaded = driver.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)")
+        assert loaded
+        assert all(u.startswith(base + "/") for u in loaded), loaded
         # type a message of your own
         driver.find_element(By.ID, "message").send_keys("Also: the loading dock door sensor is D-7.")
         driver.find_element(By.ID, "send").click()

@@ -170,20 +170,32 @@
       $("context").textContent = p.messages.map((m) => "[" + m.role + (m.name ? " " + m.name : "") + "]\n" + m.content).join("\n\n");
       $("context-tokens").textContent = p.tokens;
       $("history-tokens").textContent = p.full_tokens;
-      const b = p.explain.budget;
-      $("budget").textContent = "budget " + b.used + " / " + b.max_tokens + " · pins " + b.pins + " · recent " + b.recent
-        + " · pending " + b.pending + " · notes " + b.notes + " · overhead " + b.overhead + (p.explain.overview ? " · overview" : "");
-      const inContext = new Set(p.notes.flatMap((n) => (n.quotes || []).map((q2) => q2.turn_no)));
-      const rows = p.explain.hits.slice(0, 25).map((h) => {
+      const ex = p.explain;
+      const b = ex.budget;
+      $("budget").textContent = "budget " + b.used + " / " + b.max_tokens + " · pins " + b.pins + " · system note "
+        + b.system_note + " · recent " + b.recent + " · pending " + b.pending + " · notes " + b.notes + " · overhead "
+        + b.overhead + " · free " + b.free + (ex.overview ? " · overview" : "");
+      // in context: quoted under a note, or sent verbatim as a recent turn
+      const quoted = new Set(ex.chosen.flatMap((c) => (c.quotes || []).map((q2) => q2.turn_no)));
+      const verbatim = new Set(ex.verbatim_turns || []);
+      const why = new Map((ex.dropped || []).filter((d) => d.turn_no !== undefined).map((d) => [d.turn_no, d.reason]));
+      const fmt = (v, digits) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
+      const row = (values, cls) => {
         const tr = document.createElement("tr");
-        if (inContext.has(h.turn_no)) tr.className = "chosen";
-        for (const v of [h.rank, h.turn_no, h.note_id === null ? "–" : h.note_id, h.dense.toFixed(3), h.bm25.toFixed(2),
-          h.recency.toFixed(2), h.fused.toFixed(4), inContext.has(h.turn_no) ? "✓" : ""]) {
+        if (cls) tr.className = cls;
+        for (const v of values) {
           const td = document.createElement("td");
           td.appendChild(text(String(v)));
           tr.appendChild(td);
         }
         return tr;
+      };
+      $("chosen").tBodies[0].replaceChildren(...ex.chosen.map((c) => row([c.label || "", c.start_turn + "–" + c.end_turn,
+        (c.quotes || []).length, fmt(c.dense, 3), fmt(c.bm25, 2), fmt(c.recency, 2), fmt(c.fused, 4)])));
+      const rows = ex.hits.slice(0, 25).map((h) => {
+        const where = quoted.has(h.turn_no) ? "quoted" : verbatim.has(h.turn_no) ? "verbatim" : "";
+        return row([h.rank, h.turn_no, h.note_id === null ? "–" : h.note_id, fmt(h.dense, 3), fmt(h.bm25, 2),
+          fmt(h.recency, 2), fmt(h.fused, 4), where || "✗ " + (why.get(h.turn_no) || "")], where ? "chosen" : "");
       });
       $("explain").tBodies[0].replaceChildren(...rows);
       status("context: " + p.tokens + " of " + p.full_tokens + " tokens", "ok");

@@ -36,6 +36,10 @@ CHECK = textwrap.dedent("""
     assert sorted("macros/" + m + ".sql" for m in macro_files()) == sorted(
         n for n in manifest if n.startswith("macros/"))
     assert migrations.SCHEMA_VERSION == len(migration_files()) >= 1
+    static = files("cce_duck") / "dashboard" / "static"
+    for name in ("index.html", "dashboard.js", "dashboard.css"):
+        assert (static / name).is_file(), name
+    assert "dashboard.js" in (static / "index.html").read_text("utf-8")
 
     eng = Engine(data_dir=sys.argv[1], embedder="hash")
     msgs = [{"role": "user" if i % 2 == 0 else "assistant",
@@ -85,6 +89,13 @@ def test_wheel_installs_and_runs(tmp_path: Path) -> None:
         assert "cce_duck/udfs/__init__.py" in names
         assert "cce_duck/py.typed" in names
         assert "cce_duck/data/sample_conversation.json" in names
+        # the dashboard's page, script and style sheet (served by `cce serve ui`, no CDN)
+        static = sorted(p.name for p in (ROOT / "cce_duck" / "dashboard" / "static").iterdir())
+        assert {"index.html", "dashboard.js", "dashboard.css"} <= set(static)
+        for name in static:
+            rel = f"cce_duck/dashboard/static/{name}"
+            assert zf.read(rel) == (ROOT / rel).read_bytes(), rel
+        assert "cce_duck/dashboard/app.py" in names
         (ep,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         assert "cce = cce_duck.cli:main" in zf.read(ep).decode()
 

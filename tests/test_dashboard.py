@@ -115,6 +115,15 @@ def test_dashboard_replays_and_shows_the_context(tmp_path: Path) -> None:
         assert driver.save_screenshot(str(shot))
         assert shot.stat().st_size > 50_000
         Path("/tmp/cce_dashboard.png").write_bytes(shot.read_bytes())
+        # closing the session fills the cold tier with the session's summary
+        assert _text(driver, "count-cold") == "0"
+        driver.find_element(By.ID, "close-session").click()
+        wait.until(lambda d: _text(d, "status") == "session closed")
+        summary = httpx.get(base + "/v1/sessions/replay-1/summary").json()["summary"]
+        assert summary
+        assert _text(driver, "count-cold") == "1"
+        assert _text(driver, "tier-cold") == summary.strip()
+        assert _text(driver, "count-hot") == _text(driver, "count-pending") == "0"
 
 
 def test_dashboard_writes_need_the_key(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ hard token cap (the cap is never exceeded)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -222,20 +221,16 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
                           rrf_k=config.rrf_k)
     if not hits:
         return []
-    texts = {r[0]: r[1] for r in store.q(
-        "quote_texts", {"sid": sid, "turns": _csv(h["turn_no"] for h in hits)}).fetchall()}
-    return [{**{c: h.get(c) for c in SEARCH_SCHEMA}, "content": texts.get(h["turn_no"])}
+    return [{**{c: h.get(c) for c in SEARCH_SCHEMA}, "content": index.content[h["row"]]}
             for h in hits]
-
-
-def _csv(values: Iterable[int]) -> str:
-    """Numbers as one comma-separated string (binding a list parameter costs far more)."""
-    return ",".join(str(int(v)) for v in values)
 
 
 def _day_header(ts: datetime) -> str:
     """The date line quotes of one day are shown under."""
     return f"[{ts:%Y-%m-%d}]"
+
+
+DAY_HEADER_TOKENS = estimate_tokens(_day_header(datetime(2000, 1, 1)))  # the same for every day
 
 
 def _note_header(n: dict[str, Any]) -> str:
@@ -279,17 +274,11 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
     if not hits:
         return [], [], memory_paid
-    turn_rows = {r["turn_no"]: r for r in store.q(
-        "quote_texts", {"sid": sid, "turns": _csv(h["turn_no"] for h in hits)}
-    ).to_arrow_table().to_pylist()}
     groups: dict[Any, dict[str, Any]] = {}
     dropped: list[dict[str, Any]] = []
     who_tokens: dict[str, int] = {}
     days: set[Any] = set()
     for h in hits:
-        row = turn_rows.get(h["turn_no"])
-        if row is None:
-            continue
         key = h["note_id"] if h["note_id"] is not None else f"turn-{h['turn_no']}"
         group = groups.get(key)
         if group is None and len(groups) >= req.top_k:
@@ -297,7 +286,13 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
                             "reason": "top_k", "fused": h["fused"]})
             continue
         who = h["speaker"] or h["role"]
-        text, text_tokens = _quote_text(row, h, index)
+        memo = index.quotes.get((h["row"], h["best_sentence"]))
+        if memo is None:
+            r = h["row"]
+            row = {"content": index.content[r], "micro": index.micro[r], "tokens": index.tokens[r]}
+            memo = _quote_text(row, h, index)
+            index.remember_quote((r, h["best_sentence"]), *memo)
+        text, text_tokens = memo
         line = f"{who}: {text}"
         if who not in who_tokens:
             who_tokens[who] = estimate_tokens(f"{who}:")
@@ -311,7 +306,7 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             group = {**hdr, "quotes": []}
         day = h["ts"].date()
         if day not in days:  # quotes are shown under one date line per day
-            cost += estimate_tokens(_day_header(h["ts"])) + 1
+            cost += DAY_HEADER_TOKENS + 1
         elif len(group["quotes"]) >= QUOTES_PER_NOTE:
             dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
                             "reason": "quotes_per_note", "fused": h["fused"]})

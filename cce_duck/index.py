@@ -17,14 +17,19 @@ The cache holds a bounded number of bytes and drops the least recently used sess
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from threadpoolctl import ThreadpoolController
 
 from cce_duck.embedders.base import Matrix
 from cce_duck.store import Store
@@ -33,6 +38,34 @@ from cce_duck.text import query_terms
 __all__ = ["Hit", "IndexCache", "SessionIndex"]
 
 Hit = dict[str, Any]
+
+_blas_lock = threading.Lock()
+_blas_depth = 0
+_blas_limit: Any = None
+_blas: ThreadpoolController | None = None
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """Run the block with one BLAS thread. A session's products are a few hundred thousand
+    multiply-adds: waking BLAS worker threads for them costs more than the work, three times
+    more on a busy machine. Nested and concurrent blocks share one limit; the process's
+    setting is restored when the last one ends."""
+    global _blas, _blas_depth, _blas_limit
+    with _blas_lock:
+        if _blas_depth == 0:
+            if _blas is None:
+                _blas = ThreadpoolController()
+            _blas_limit = _blas.limit(limits=1, user_api="blas")
+        _blas_depth += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_depth -= 1
+            if _blas_depth == 0 and _blas_limit is not None:
+                _blas_limit.restore_original_limits()
+                _blas_limit = None
 
 
 def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
@@ -56,6 +89,8 @@ class SessionIndex:
     note_id: np.ndarray          # (n,) int64, -1 while the turn is not compressed
     role: list[str]
     speaker: list[str | None]
+    content: list[str | None]    # the turn's text (None when raw text is not kept)
+    micro: list[str | None]      # its one-line summary
     notes: dict[int, dict[str, Any]]  # note_id -> label, start/end turn and time
     pins: list[str]              # pin texts, oldest first
     uncompressed: list[dict[str, Any]]  # hot and pending turns with their text, newest first
@@ -69,17 +104,31 @@ class SessionIndex:
     p_offsets: np.ndarray        # (terms + 1,) CSR offsets into the postings arrays
     p_row: np.ndarray            # postings sorted by term id: row of the turn
     p_tf: np.ndarray             # and term frequency
+    quotes: dict[tuple[int, int | None], tuple[str, int]] = field(default_factory=dict)
+    """Memo of the quote cut from a turn: (row, best sentence) -> (text, tokens)."""
+    quote_bytes: int = 0
 
-    @property
-    def nbytes(self) -> int:
-        """Approximate memory held."""
+    @cached_property
+    def base_bytes(self) -> int:
+        """Approximate memory held by what was loaded."""
         arrays = (self.turn_no, self.ts, self.n_terms, self.tokens, self.note_id, self.mvec,
                   self.s_row, self.s_no, self.s_start, self.s_end, self.svec, self.p_offsets,
                   self.p_row, self.p_tf)
         text = sum(len(t) for t in self.pins) + sum(
-            len(r["content"]) + 200 for r in self.uncompressed)
+            len(r["content"]) + 200 for r in self.uncompressed) + sum(
+            len(t) + 50 for t in self.content if t) + sum(len(t) + 50 for t in self.micro if t)
         return (sum(a.nbytes for a in arrays) + self.vocab.nbytes + 16 * len(self.role)
                 + 300 * len(self.notes) + text)
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory held, memoised quotes included."""
+        return self.base_bytes + self.quote_bytes
+
+    def remember_quote(self, key: tuple[int, int | None], text: str, tokens: int) -> None:
+        """Keep the quote cut from a turn for the next context that quotes it."""
+        self.quotes[key] = (text, tokens)
+        self.quote_bytes += len(text) + 120
 
     @classmethod
     def load(cls, store: Store, sid: str, key: tuple[Any, ...]) -> SessionIndex:
@@ -105,6 +154,8 @@ class SessionIndex:
             note_id=pc.fill_null(turns.column("note_id"), -1).to_numpy().astype(np.int64),
             role=_interned(turns.column("role")),
             speaker=_interned(turns.column("speaker")),
+            content=turns.column("content").to_pylist(),
+            micro=turns.column("micro").to_pylist(),
             notes={r["note_id"]: r for r in store.q("index_notes", {"sid": sid})
                    .to_arrow_table().to_pylist()},
             pins=[t for _, t in sorted(store.q("pin_texts", {"sid": sid}).fetchall())],
@@ -150,7 +201,16 @@ class SessionIndex:
         n = len(self.turn_no)
         if n == 0:
             return []
-        q = np.asarray(qv, dtype=np.float32).reshape(-1)
+        with _one_blas_thread():
+            return self._retrieve(np.asarray(qv, dtype=np.float32).reshape(-1), query,
+                                  next_turn=next_turn, k=k, since=since, until=until,
+                                  last_turns=last_turns, before_turn=before_turn,
+                                  recency_weight=recency_weight, rrf_k=rrf_k)
+
+    def _retrieve(self, q: np.ndarray, query: str, *, next_turn: int, k: int,
+                  since: datetime | None, until: datetime | None, last_turns: int | None,
+                  before_turn: int | None, recency_weight: float, rrf_k: int) -> list[Hit]:
+        n = len(self.turn_no)
         dense = (self.mvec.astype(np.float32) @ q).astype(np.float64) / 127.0
         best_sentence = np.full(n, -1, dtype=np.int64)
         if len(self.s_row):

@@ -71,8 +71,15 @@ class ContextPayload:
 
     @property
     def tokens(self) -> int:
-        """Size of the context: the larger of its message form and its string form."""
-        return max(messages_tokens(self.to_messages()), estimate_tokens(self.to_string()))
+        """Size of the context: the larger of its message form and its string form (kept until
+        the memory text or the turns change)."""
+        key = (self.memory, tuple((t.role, t.speaker, t.content, t.ts) for t in self.turns))
+        cached = self.__dict__.get("_tokens")
+        if cached is not None and cached[0] == key:
+            return int(cached[1])
+        n = max(messages_tokens(self.to_messages()), estimate_tokens(self.to_string()))
+        self.__dict__["_tokens"] = (key, n)
+        return n
 
     @property
     def tokens_saved(self) -> int:

@@ -70,6 +70,7 @@ _TOKEN_PIECE = re.compile(
     re.UNICODE,
 )
 _TOKEN_PIECE_ASCII = re.compile(r"[A-Za-z]+|\d+|\n|[ \t]{2,}|[^\w\s]")  # same pieces, ASCII only
+_LONG_PIECE_ASCII = re.compile(r"[A-Za-z]{9,}|\d{4,}")  # the pieces worth more than one token
 
 @dataclass(frozen=True, slots=True)
 class Sentence:
@@ -231,8 +232,18 @@ def estimate_tokens(text: str) -> int:
     """
     if not text:
         return 0
+    if text.isascii():  # one token per piece, more for long words and numbers
+        n = len(_TOKEN_PIECE_ASCII.findall(text))
+        for piece in _LONG_PIECE_ASCII.findall(text):
+            n += (math.ceil(len(piece) / 5) if piece[0].isalpha() else math.ceil(len(piece) / 3)) - 1
+        return n
+    return _estimate_pieces(text, _TOKEN_PIECE)
+
+
+def _estimate_pieces(text: str, pieces: re.Pattern[str]) -> int:
+    """:func:`estimate_tokens` piece by piece (any script)."""
     n = 0
-    for m in (_TOKEN_PIECE_ASCII if text.isascii() else _TOKEN_PIECE).finditer(text):
+    for m in pieces.finditer(text):
         piece = m.group(0)
         c = piece[0]
         if c.isascii() and c.isalpha():

@@ -282,10 +282,11 @@ WHERE database_name = current_database() AND schema_name = 'main' AND column_nam
 ORDER BY table_name;
 
 -- name: index_turns
--- A session's turns with their message vectors, for the in-process retrieval index.
-SELECT t.turn_no, t.ts, t.n_terms, t.tokens, t.role, t.speaker, t.note_id, m.vector
+-- A session's turns with their text and message vectors, for the in-process retrieval index.
+SELECT t.turn_no, t.ts, t.n_terms, t.tokens, t.role, t.speaker, t.note_id, t.content, t.micro,
+       m.vector
 FROM main.turns AS t JOIN main.message_vectors AS m USING (session_id, turn_no)
-WHERE t.session_id = $sid
+WHERE t.session_id = $sid AND m.session_id = $sid
 ORDER BY t.turn_no;
 
 -- name: index_sentences
@@ -311,12 +312,6 @@ SELECT next_turn, updated_at FROM main.sessions WHERE session_id = $sid;
 -- A session's turns not yet in a note (hot and pending), unordered.
 SELECT turn_no, role, speaker, content, ts, tokens
 FROM main.turns WHERE session_id = $sid AND note_id IS NULL AND content IS NOT NULL;
-
--- name: quote_texts
--- Text of some turns ($turns: comma-separated numbers), unordered.
-SELECT turn_no, content, micro, tokens
-FROM main.turns
-WHERE session_id = $sid AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
 
 -- name: bump_retrieval_batch
 -- Add counts of notes put into contexts (from the registered table _b_bump: session_id,

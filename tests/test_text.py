@@ -204,3 +204,13 @@ def test_content_words() -> None:
     assert content_words("") == set()
     assert content_words("the and of") == set()
     assert content_words("Version 2024 of DuckDB") == {"version", "2024", "duckdb"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=300))
+def test_estimate_tokens_ascii_shortcut_counts_like_the_piece_loop(text: str) -> None:
+    from cce_duck.text import _TOKEN_PIECE_ASCII, _estimate_pieces
+
+    assert estimate_tokens(text) == _estimate_pieces(text, _TOKEN_PIECE_ASCII)
+    assert estimate_tokens(text + " supercalifragilistic 12345678") == _estimate_pieces(
+        text + " supercalifragilistic 12345678", _TOKEN_PIECE_ASCII)

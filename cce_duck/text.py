@@ -10,6 +10,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cce_duck.scripts import FOLD, KATAKANA, MARKS, NO_SPACE, script_of
 from cce_duck.stopwords import OTHER_STOPWORDS, QUESTION_WORDS
@@ -17,6 +18,7 @@ from cce_duck.stopwords import OTHER_STOPWORDS, QUESTION_WORDS
 __all__ = [
     "STOPWORDS",
     "Sentence",
+    "cached_terms",
     "content_words",
     "estimate_tokens",
     "query_terms",
@@ -161,6 +163,13 @@ def terms(text: str) -> list[str]:
     decimal digit becomes ASCII, and Latin accents stay distinguishable (``año`` is not ``ano``).
     """
     return [_stem(w) for w in _tokens(text) if _keep(w)]
+
+
+@lru_cache(maxsize=16_384)
+def cached_terms(text: str) -> tuple[str, ...]:
+    """:func:`terms` of a text, remembered: ingestion, summaries and labels look at the same
+    sentences and speaker names several times."""
+    return tuple(terms(text))
 
 
 def term_words(text: str) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from datetime import datetime
 import numpy as np
 
 from cce_duck.embedders.base import Matrix
-from cce_duck.text import estimate_tokens, split_sentences, terms
+from cce_duck.text import cached_terms, estimate_tokens, split_sentences
 
 __all__ = ["TopicTurn", "clip", "label", "macro_summary", "meso_summary", "micro", "segment", "unit"]
 
@@ -96,7 +96,7 @@ def micro(turn: TopicTurn, max_tokens: int = 32, *,
     the message's ``(sentence text, terms)`` pairs when the caller has them already.
     """
     if sentences is None:
-        sentences = [(s.text, terms(s.text)) for s in split_sentences(turn.content)]
+        sentences = [(s.text, cached_terms(s.text)) for s in split_sentences(turn.content)]
     best = max(sentences, key=lambda s: len(set(s[1])), default=None)
     text = best[0] if best is not None else turn.content
     return f"{_who(turn)}: {clip(text, max_tokens)}"
@@ -122,7 +122,7 @@ def label(turns: Sequence[TopicTurn], df: dict[str, int], n_docs: int, n_terms: 
     """The topic's most distinctive terms (tf in topic x idf in session), as a short label."""
     tf: Counter[str] = Counter()
     for t in turns:
-        tf.update(set(terms(t.content)))
+        tf.update(set(cached_terms(t.content)))
     if not tf:
         return "(no words)"
     scored = sorted(

@@ -27,7 +27,7 @@ from cce_duck.memory import release_free_memory
 from cce_duck.messages import Message
 from cce_duck.store import Store
 from cce_duck.summariser import FreshNote, Summariser
-from cce_duck.text import estimate_tokens, split_sentences, terms
+from cce_duck.text import cached_terms, estimate_tokens, split_sentences
 
 __all__ = ["JOURNAL_FILE", "TextAnalysis", "Writer", "analyse_text", "content_hash", "quantize", "vectors_of"]
 
@@ -78,9 +78,10 @@ def analyse_text(emb: CachedEmbedder, config: Config, text: str, speaker: str | 
     and imports share."""
     sentences = split_sentences(text)
     # Sentences cover every word of the message: tokenise each once, for BM25 and micro.
-    per_sentence = [(s.text, terms(s.text)) for s in sentences]
+    per_sentence = [(s.text, list(cached_terms(s.text))) for s in sentences]
     # who said it is part of what a turn is about ("what did Maria decide?")
-    words = [w for _, ws in per_sentence for w in ws] + (terms(speaker) if speaker else [])
+    words = [w for _, ws in per_sentence for w in ws] + (list(cached_terms(speaker)) if speaker
+                                                          else [])
     tokens = estimate_tokens(text)
     spans = ([(s.start, s.end) for s in sentences]
              if len(sentences) > 1 and tokens >= config.sentence_min_tokens else [])

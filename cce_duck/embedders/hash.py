@@ -11,6 +11,8 @@ from cce_duck.text import _tokens
 
 __all__ = ["HashEmbedder"]
 
+_MAX_WORDS = 50_000  # memoised words (a few MB); the memo starts over when full
+
 
 class HashEmbedder:
     """Feature hashing of words (weight 1) and character trigrams (weight 0.5).
@@ -24,6 +26,7 @@ class HashEmbedder:
 
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim
+        self._features: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
 
     def embed(self, texts: list[str], kind: Kind = "passage") -> Matrix:
         """Embed each text independently."""
@@ -45,21 +48,35 @@ class HashEmbedder:
         return _normalise(whole), _normalise(parts)
 
     def _add(self, vec: Matrix, text: str) -> None:
-        crc = zlib.crc32
-        hashes: list[int] = []
+        idx: list[int] = []
         weights: list[float] = []
+        features = self._features
         for word in _tokens(text):
-            h = crc(word.encode("utf-8", "surrogatepass"))
-            hashes.append(h)
-            weights.append(1.0 if (h >> 16) & 1 else -1.0)
-            padded = f"#{word}#".encode("utf-8", "surrogatepass")
-            for i in range(len(padded) - 2):
-                g = crc(padded[i : i + 3])
-                hashes.append(g)
-                weights.append(0.5 if (g >> 16) & 1 else -0.5)
-        if hashes:
-            idx = np.asarray(hashes, dtype=np.uint64) % self.dim
-            vec += np.bincount(idx.astype(np.intp), weights=weights, minlength=self.dim)
+            f = features.get(word)
+            if f is None:
+                f = self._word_features(word)
+            idx.extend(f[0])
+            weights.extend(f[1])
+        if idx:
+            vec += np.bincount(np.asarray(idx, dtype=np.intp), weights=weights, minlength=self.dim)
+
+    def _word_features(self, word: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """Buckets and signed weights of a word and its character trigrams (memoised: chat
+        repeats its words, and hashing them is most of this embedder's time)."""
+        crc = zlib.crc32
+        h = crc(word.encode("utf-8", "surrogatepass"))
+        hashes = [h]
+        weights = [1.0 if (h >> 16) & 1 else -1.0]
+        padded = f"#{word}#".encode("utf-8", "surrogatepass")
+        for i in range(len(padded) - 2):
+            g = crc(padded[i : i + 3])
+            hashes.append(g)
+            weights.append(0.5 if (g >> 16) & 1 else -0.5)
+        f = (tuple(x % self.dim for x in hashes), tuple(weights))
+        if len(self._features) >= _MAX_WORDS:
+            self._features.clear()
+        self._features[word] = f
+        return f
 
 
 def _normalise(mat: Matrix) -> Matrix:

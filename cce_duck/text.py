@@ -165,7 +165,7 @@ def terms(text: str) -> list[str]:
     return [_stem(w) for w in _tokens(text) if _keep(w)]
 
 
-@lru_cache(maxsize=16_384)
+@lru_cache(maxsize=4_096)
 def cached_terms(text: str) -> tuple[str, ...]:
     """:func:`terms` of a text, remembered: ingestion, summaries and labels look at the same
     sentences and speaker names several times."""

@@ -11,7 +11,8 @@ from cce_duck.text import _tokens
 
 __all__ = ["HashEmbedder"]
 
-_MAX_WORDS = 50_000  # memoised words (a few MB); the memo starts over when full
+_MAX_WORDS = 10_000  # memoised words (~4 MB at most); the memo starts over when full
+_SIGNS = (-1.0, 1.0, -0.5, 0.5)  # shared float objects: a memo entry holds references only
 
 
 class HashEmbedder:
@@ -27,6 +28,7 @@ class HashEmbedder:
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim
         self._features: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._buckets = list(range(dim))  # shared int objects, like _SIGNS
 
     def embed(self, texts: list[str], kind: Kind = "passage") -> Matrix:
         """Embed each text independently."""
@@ -66,13 +68,13 @@ class HashEmbedder:
         crc = zlib.crc32
         h = crc(word.encode("utf-8", "surrogatepass"))
         hashes = [h]
-        weights = [1.0 if (h >> 16) & 1 else -1.0]
+        weights = [_SIGNS[(h >> 16) & 1]]
         padded = f"#{word}#".encode("utf-8", "surrogatepass")
         for i in range(len(padded) - 2):
             g = crc(padded[i : i + 3])
             hashes.append(g)
-            weights.append(0.5 if (g >> 16) & 1 else -0.5)
-        f = (tuple(x % self.dim for x in hashes), tuple(weights))
+            weights.append(_SIGNS[2 + ((g >> 16) & 1)])
+        f = (tuple(self._buckets[x % self.dim] for x in hashes), tuple(weights))
         if len(self._features) >= _MAX_WORDS:
             self._features.clear()
         self._features[word] = f

@@ -18,7 +18,7 @@ from cce_duck.embedders.base import Kind, Matrix
 from cce_duck.errors import CCEError
 from cce_duck.memory import release_free_memory
 
-__all__ = ["OnnxEmbedder", "onnx_files"]
+__all__ = ["OnnxEmbedder", "lookup_after_gather", "onnx_files"]
 
 _TOKENIZER = Path("embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
 
@@ -74,8 +74,8 @@ class OnnxEmbedder:
         if self._threads:
             opts.intra_op_num_threads = self._threads
         self._session = ort.InferenceSession(
-            str(self._model_path), sess_options=opts, providers=["CPUExecutionProvider"]
-        )
+            lookup_after_gather(self._model_path), sess_options=opts,
+            providers=["CPUExecutionProvider"])
         self._tokenizer = tok
         release_free_memory()  # graph optimisation frees ~30 MB of scratch at once
 
@@ -125,6 +125,43 @@ class OnnxEmbedder:
             )[0][0]
         keep = [k for k, sp in enumerate(enc.special_tokens_mask) if not sp] or list(range(len(enc.ids)))
         return hidden[keep], [enc.offsets[k] for k in keep]
+
+
+def lookup_after_gather(path: Path) -> bytes:
+    """The model with its word-embedding table dequantised after the lookup, not before.
+
+    The file stores each weight as int8 plus a scale (``Cast`` then ``Mul``). Graph optimisation
+    folds those into float32 copies, so the 30,522 x 384 word table alone would take 47 MB and
+    the load would peak ~90 MB higher. Looking up the int8 rows and their scales first, then
+    casting and scaling only the rows of the text, gives bit-identical vectors.
+    Returns the serialised model (the file is left as it is).
+    """
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path))
+    g = model.graph
+    table = "inner.embeddings.word_embeddings.weight"
+    lookups = [n for n in g.node if n.op_type == "Gather" and n.input and n.input[0] == table]
+    producers = [n for n in g.node if n.output and n.output[0] in (table, table + "_f")]
+    names = {i.name for i in g.initializer}
+    if len(lookups) != 1 or len(producers) != 2 or not {table + "_q", table + "_scale"} <= names:
+        return model.SerializeToString()  # another graph: leave it to the optimiser
+    lookup = lookups[0]
+    ids = lookup.input[1]
+    replacement = [
+        helper.make_node("Gather", [table + "_q", ids], [table + "_rows_q"], axis=0),
+        helper.make_node("Gather", [table + "_scale", ids], [table + "_rows_scale"], axis=0),
+        helper.make_node("Cast", [table + "_rows_q"], [table + "_rows_f"],
+                         to=onnx.TensorProto.FLOAT),
+        helper.make_node("Mul", [table + "_rows_f", table + "_rows_scale"], list(lookup.output)),
+    ]
+    nodes = [n for n in g.node if n not in producers]
+    at = nodes.index(lookup)
+    nodes[at:at + 1] = replacement
+    del g.node[:]
+    g.node.extend(nodes)
+    return model.SerializeToString()
 
 
 def _unit(v: Matrix) -> Matrix:

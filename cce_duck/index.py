@@ -132,12 +132,29 @@ class SessionIndex:
 
     @classmethod
     def load(cls, store: Store, sid: str, key: tuple[Any, ...]) -> SessionIndex:
-        """Read one session's index from the tables."""
+        """Read one session's index from the tables.
+
+        Each table is read on its own and unordered (a join or an ORDER BY that carries the
+        384-byte vectors costs DuckDB several times the scan); rows are aligned here.
+        """
         dim = store.dim
         turns = store.q("index_turns", {"sid": sid}).to_arrow_table()
+        turns = turns.take(np.argsort(turns.column("turn_no").to_numpy(), kind="stable"))
+        mv = store.q("index_message_vectors", {"sid": sid}).to_arrow_table()
+        mv_turn = mv.column("turn_no").to_numpy().astype(np.int64)
         turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
+        if len(mv_turn) != len(turn_no) or not np.isin(turn_no, mv_turn).all():
+            turns = turns.filter(pa.array(np.isin(turn_no, mv_turn)))  # vectorless rows: skip
+            turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
+        mvec = np.zeros((len(turn_no), dim), dtype=np.int8)
+        at = np.searchsorted(turn_no, mv_turn)
+        found = (at < len(turn_no)) & (turn_no[np.minimum(at, len(turn_no) - 1)] == mv_turn) \
+            if len(turn_no) else np.zeros(len(mv_turn), dtype=bool)
+        mvec[at[found]] = _int8_matrix(mv.column("vector"), dim)[found]
         sents = store.q("index_sentences", {"sid": sid}).to_arrow_table()
         s_turn = sents.column("turn_no").to_numpy().astype(np.int64)
+        s_order = np.lexsort((sents.column("sent_no").to_numpy(), s_turn))
+        sents, s_turn = sents.take(s_order), s_turn[s_order]
         post = store.q("index_postings", {"sid": sid}).to_arrow_table()
         enc = pc.dictionary_encode(post.column("term")).combine_chunks()
         term_id = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -145,23 +162,32 @@ class SessionIndex:
         order = np.argsort(term_id, kind="stable")
         counts = np.bincount(term_id, minlength=len(vocab))
         p_rows = np.searchsorted(turn_no, post.column("turn_no").to_numpy().astype(np.int64))
+        role = _interned(turns.column("role"))
+        speaker = _interned(turns.column("speaker"))
+        content = turns.column("content").to_pylist()
+        note_id = pc.fill_null(turns.column("note_id"), -1).to_numpy().astype(np.int64)
+        ts = turns.column("ts").to_numpy().astype("datetime64[us]")
+        tokens = turns.column("tokens").to_numpy().astype(np.int64)
+        uncompressed = [
+            {"turn_no": int(turn_no[r]), "role": role[r], "speaker": speaker[r],
+             "content": content[r], "ts": ts[r].item(), "tokens": int(tokens[r])}
+            for r in np.flatnonzero(note_id < 0)[::-1] if content[r] is not None]
         return cls(
             key=key,
             turn_no=turn_no,
-            ts=turns.column("ts").to_numpy().astype("datetime64[us]"),
+            ts=ts,
             n_terms=turns.column("n_terms").to_numpy().astype(np.float64),
-            tokens=turns.column("tokens").to_numpy().astype(np.int64),
-            note_id=pc.fill_null(turns.column("note_id"), -1).to_numpy().astype(np.int64),
-            role=_interned(turns.column("role")),
-            speaker=_interned(turns.column("speaker")),
-            content=turns.column("content").to_pylist(),
+            tokens=tokens,
+            note_id=note_id,
+            role=role,
+            speaker=speaker,
+            content=content,
             micro=turns.column("micro").to_pylist(),
             notes={r["note_id"]: r for r in store.q("index_notes", {"sid": sid})
                    .to_arrow_table().to_pylist()},
             pins=[t for _, t in sorted(store.q("pin_texts", {"sid": sid}).fetchall())],
-            uncompressed=sorted(store.q("uncompressed_turns", {"sid": sid}).to_arrow_table()
-                                .to_pylist(), key=lambda r: -r["turn_no"]),
-            mvec=_int8_matrix(turns.column("vector"), dim),
+            uncompressed=uncompressed,
+            mvec=mvec,
             s_row=np.searchsorted(turn_no, s_turn),
             s_no=sents.column("sent_no").to_numpy().astype(np.int64),
             s_start=sents.column("start_char").to_numpy().astype(np.int64),

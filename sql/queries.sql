@@ -282,18 +282,18 @@ WHERE database_name = current_database() AND schema_name = 'main' AND column_nam
 ORDER BY table_name;
 
 -- name: index_turns
--- A session's turns with their text and message vectors, for the in-process retrieval index.
-SELECT t.turn_no, t.ts, t.n_terms, t.tokens, t.role, t.speaker, t.note_id, t.content, t.micro,
-       m.vector
-FROM main.turns AS t JOIN main.message_vectors AS m USING (session_id, turn_no)
-WHERE t.session_id = $sid AND m.session_id = $sid
-ORDER BY t.turn_no;
+-- A session's turns with their text, for the in-process retrieval index (unordered).
+SELECT turn_no, ts, n_terms, tokens, role, speaker, note_id, content, micro
+FROM main.turns WHERE session_id = $sid;
+
+-- name: index_message_vectors
+-- A session's message vectors, for the in-process retrieval index (unordered).
+SELECT turn_no, vector FROM main.message_vectors WHERE session_id = $sid;
 
 -- name: index_sentences
--- A session's sentence vectors and offsets, for the in-process retrieval index.
+-- A session's sentence vectors and offsets, for the in-process retrieval index (unordered).
 SELECT turn_no, sent_no, start_char, end_char, vector
-FROM main.sentence_vectors WHERE session_id = $sid
-ORDER BY turn_no, sent_no;
+FROM main.sentence_vectors WHERE session_id = $sid;
 
 -- name: index_postings
 -- A session's BM25 postings, for the in-process retrieval index.
@@ -307,11 +307,6 @@ FROM main.notes WHERE session_id = $sid;
 -- name: session_state
 -- A session's turn counter and last change (they key the in-process retrieval index).
 SELECT next_turn, updated_at FROM main.sessions WHERE session_id = $sid;
-
--- name: uncompressed_turns
--- A session's turns not yet in a note (hot and pending), unordered.
-SELECT turn_no, role, speaker, content, ts, tokens
-FROM main.turns WHERE session_id = $sid AND note_id IS NULL AND content IS NOT NULL;
 
 -- name: bump_retrieval_batch
 -- Add counts of notes put into contexts (from the registered table _b_bump: session_id,

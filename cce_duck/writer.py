@@ -32,7 +32,8 @@ from cce_duck.text import cached_terms, estimate_tokens, split_sentences
 __all__ = ["JOURNAL_FILE", "TextAnalysis", "Writer", "analyse_text", "content_hash", "quantize", "vectors_of"]
 
 JOURNAL_FILE = "journal.jsonl"
-DF_SESSIONS = 16  # sessions whose term statistics stay in memory
+DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need them only when a
+# topic closes, about once per `live_batch_turns` turns; a reload is one small query)
 
 
 def content_hash(role: str, text: str) -> int:

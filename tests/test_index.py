@@ -118,3 +118,34 @@ def test_index_follows_pins_corrections_and_sql_writes(file_engine: Engine) -> N
     before = file_engine.index.loads
     file_engine.context("s", "zebra")
     assert file_engine.index.loads == before + 1
+
+
+def test_index_holds_the_stored_text_and_the_uncompressed_tail(tmp_path: Path) -> None:
+    """Turn text, micro lines and the hot/pending tail in the index equal the tables, with raw
+    text dropped from compressed turns (keep_raw_turns=False): quotes then fall back to micro."""
+    with Engine(data_dir=tmp_path / "d", embedder="hash", keep_raw_turns=False,
+                hot_tier_max_turns=4) as eng:
+        eng.ingest("s", _sample())
+        state = eng.store.q("session_state", {"sid": "s"}).fetchone()
+        idx = eng.index.get(eng.store, "s", (state[1], int(state[0])))
+        rows = eng.store.con.execute(
+            "SELECT turn_no, content, micro, note_id FROM turns WHERE session_id = 's' "
+            "ORDER BY turn_no").fetchall()
+        assert [int(t) for t in idx.turn_no] == [r[0] for r in rows]
+        assert idx.content == [r[1] for r in rows]
+        assert idx.micro == [r[2] for r in rows]
+        assert any(r[1] is None for r in rows)
+        assert any(r[1] is not None for r in rows)
+        tail = [(r[0], r[1]) for r in reversed(rows) if r[3] is None and r[1] is not None]
+        assert [(u["turn_no"], u["content"]) for u in idx.uncompressed] == tail
+        ctx = eng.context("s", "Which database did we choose and why?", max_tokens=400)
+        quoted = [q for n in ctx.notes for q in n["quotes"]]
+        assert quoted
+        by_turn = {r[0]: r for r in rows}
+        for q in quoted:
+            content, micro = by_turn[q["turn_no"]][1], by_turn[q["turn_no"]][2]
+            assert q["text"]
+            if content is None:
+                assert q["text"] == micro
+        hits = eng.search("s", "database", k=5)
+        assert hits["content"].to_list() == [by_turn[t][1] for t in hits["turn_no"].to_list()]

@@ -198,7 +198,7 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
     return payload
 
 
-SEARCH_SCHEMA = {
+SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "turn_no": pl.Int32, "note_id": pl.Int64, "role": pl.String, "speaker": pl.String,
     "ts": pl.Datetime("us"), "dense": pl.Float64, "best_sentence": pl.Int64, "bm25": pl.Float64,
     "recency": pl.Float64, "fused": pl.Float64, "rank": pl.Int64, "content": pl.String,

@@ -117,8 +117,8 @@ class SessionIndex:
         text = sum(len(t) for t in self.pins) + sum(
             len(r["content"]) + 200 for r in self.uncompressed) + sum(
             len(t) + 50 for t in self.content if t) + sum(len(t) + 50 for t in self.micro if t)
-        return (sum(a.nbytes for a in arrays) + self.vocab.nbytes + 16 * len(self.role)
-                + 300 * len(self.notes) + text)
+        return int(sum(a.nbytes for a in arrays) + self.vocab.nbytes + 16 * len(self.role)
+                   + 300 * len(self.notes) + text)
 
     @property
     def nbytes(self) -> int:

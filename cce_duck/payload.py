@@ -93,7 +93,7 @@ class ContextPayload:
         d["messages"] = self.to_messages()
         d["tokens"] = self.tokens
         d["tokens_saved"] = self.tokens_saved
-        return _jsonable(d)
+        return {k: _jsonable(v) for k, v in d.items()}
 
 
 def _jsonable(value: Any) -> Any:

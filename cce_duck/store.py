@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
@@ -273,7 +273,10 @@ class Store:
 
     def install(self, con: duckdb.DuckDBPyConnection) -> None:
         """Register the UDFs, then every macro version and the unversioned aliases, on ``con``."""
-        from cce_duck import udfs
+        if TYPE_CHECKING:  # udfs/ is installed as cce_duck.udfs (package-dir); checked as `udfs`
+            import udfs
+        else:
+            from cce_duck import udfs
 
         udfs.register(con, self.embedder)
         self._install_macros(con)

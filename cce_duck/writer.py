@@ -297,8 +297,8 @@ class Writer:
             })
             b.mvec.append(whole)
             b.mvec_keys.append((sid, n))
-            for j, (a, z) in enumerate(spans):
-                b.svec_rows.append((sid, n, j, a, z))
+            for j, (start, end) in enumerate(spans):
+                b.svec_rows.append((sid, n, j, start, end))
             if spans:
                 b.svec.append(parts)
             b.post.extend((sid, term, n, min(c, 32767)) for term, c in tf.items())

@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from cce_duck.embedders.base import CachedEmbedder
 from cce_duck.text import estimate_tokens, query_terms, terms
@@ -73,5 +74,5 @@ def register(con: duckdb.DuckDBPyConnection, embedder: CachedEmbedder) -> None:
     for name, fn, ret in specs:
         with contextlib.suppress(duckdb.InvalidInputException, duckdb.CatalogException):
             con.remove_function(name)
-        con.create_function(name, fn, ["VARCHAR"], ret, type="arrow",
-                            null_handling="special", side_effects=False)
+        con.create_function(name, fn, ["VARCHAR"], ret, type=PythonUDFType.ARROW,
+                            null_handling=FunctionNullHandling.SPECIAL, side_effects=False)

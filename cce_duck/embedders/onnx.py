@@ -152,7 +152,8 @@ def lookup_after_gather(path: Path) -> bytes:
     producers = [n for n in g.node if n.output and n.output[0] in (table, table + "_f")]
     names = {i.name for i in g.initializer}
     if len(lookups) != 1 or len(producers) != 2 or not {table + "_q", table + "_scale"} <= names:
-        return model.SerializeToString()  # another graph: leave it to the optimiser
+        data: bytes = model.SerializeToString()
+        return data  # another graph: leave it to the optimiser
     lookup = lookups[0]
     ids = lookup.input[1]
     replacement = [
@@ -167,7 +168,8 @@ def lookup_after_gather(path: Path) -> bytes:
     nodes[at:at + 1] = replacement
     del g.node[:]
     g.node.extend(nodes)
-    return model.SerializeToString()
+    out: bytes = model.SerializeToString()
+    return out
 
 
 def _unit(v: Matrix) -> Matrix:

@@ -277,7 +277,7 @@ class LLM:
             raise classify_error(exc) from exc
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        base = min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1)))
+        base = min(self.max_backoff_s, self.backoff_s * (2.0 ** (attempt - 1)))
         wait = base * (0.5 + random.random() / 2)
         return max(wait, retry_after or 0.0)
 

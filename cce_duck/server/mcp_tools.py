@@ -185,7 +185,8 @@ def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
         if path is None:
             if format != "json":
                 raise ToolError("format parquet needs a path")
-            return _jsonable(eng.call(e.export_document, session_id))
+            doc = eng.call(e.export_document, session_id)
+            return {k: _jsonable(v) for k, v in doc.items()}
         out = eng.call(e.export_session, session_id, path, format=format)
         return {"session_id": session_id, "path": str(out), "format": format}
 

@@ -75,6 +75,9 @@ def parse_tree(tree: Sequence[Node | Mapping[str, Any]], prior_tolerance: float 
         count[0] += 1
         if count[0] > MAX_NODES:
             raise ValidationError(f"the tree has more than {MAX_NODES} nodes")
+        name: object
+        prior: object
+        kids: object
         if isinstance(item, Node):
             name, prior, kids = item.name, item.prior, item.children
         elif isinstance(item, Mapping):

@@ -11,6 +11,7 @@ store's embedder), fused by reciprocal rank.
 
 from __future__ import annotations
 
+import builtins
 import math
 import re
 import secrets
@@ -254,7 +255,7 @@ class NotesManager:
             return {"removed": [n.id for n in victims], "summary_id": summary_id,
                     "bytes_before": sum(size.values()), "bytes_after": total}
 
-    def _summarise(self, victims: list[Note], room: int, llm: Any) -> str | None:
+    def _summarise(self, victims: builtins.list[Note], room: int, llm: Any) -> str | None:
         from cce_duck.tools.ppa import truncate_to_tokens
 
         if room < 400:
@@ -280,7 +281,7 @@ class NotesManager:
     # -- search -----------------------------------------------------------------
 
     def search(self, query: str, k: int = 5, *, tag: str | None = None
-               ) -> list[tuple[Note, float]]:
+               ) -> builtins.list[tuple[Note, float]]:
         """Notes ranked for ``query``: BM25 and (with an embedder) cosine, fused by RRF."""
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("query must be a non-empty string")
@@ -296,11 +297,11 @@ class NotesManager:
             q = self.embedder.embed([query], "query")[0]
             sims = mat @ q
             rankings.append({i: float(s) for i, s in enumerate(sims)})
-        fused: Counter[int] = Counter()
+        fused: dict[int, float] = {}
         for scores in rankings:
             ranked = sorted((i for i in scores if scores[i] > 0), key=lambda i: -scores[i])
             for r, i in enumerate(ranked):
-                fused[i] += 1.0 / (60 + r + 1)
+                fused[i] = fused.get(i, 0.0) + 1.0 / (60 + r + 1)
         best = sorted(fused, key=lambda i: (-fused[i], i))[:k]
         return [(notes[i], fused[i]) for i in best]
 

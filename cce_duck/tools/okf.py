@@ -148,8 +148,9 @@ def _split_front(text: str, where: str) -> tuple[dict[str, Any] | None, str]:
 
 
 def _dump_front(front: dict[str, Any]) -> str:
-    return yaml.safe_dump(front, sort_keys=False, allow_unicode=True, default_flow_style=False,
-                          width=10_000)
+    text: str = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, default_flow_style=False,
+                               width=10_000)
+    return text
 
 
 def render_concept(concept: Concept) -> str:

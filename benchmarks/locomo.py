@@ -44,6 +44,7 @@ from scoring import (
 
 import cce_duck
 from cce_duck import estimate_tokens
+from cce_duck.text import terms
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = (HERE.parent / ".." / "shared" / "data" / "locomo_dev.json").resolve()
@@ -143,38 +144,59 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     n_q = sum(len(v) for v in questions.values())
     started = time.perf_counter()
     commit = _git_commit()  # before the run: the tree may move while it runs
+    reused: list[str] = []
     with tempfile.TemporaryDirectory(prefix="cce-locomo-") as tmp, \
-            cce_duck.Engine(data_dir=Path(tmp), embedder=args.embedder) as eng, \
             Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                      TimeElapsedColumn(), console=console) as progress:
-        embedder = eng.store.embedder
-        config = eng.config
+        root = args.data_dir or Path(tmp)
+        embedder_name = args.embedder
+        config_doc: dict[str, str] = {}
         t_ingest = progress.add_task("ingest (live)", total=n_msgs)
         t_ask = progress.add_task("questions", total=n_q)
         for n, conv in enumerate(convs):
             sid = session_id(conv, n)
-            t0 = time.perf_counter()
-            turn_nos: list[int] = []
-            for i, m in enumerate(conv.messages):
-                turn_nos.append(eng.add_message(sid, m["role"], m["content"],
-                                                timestamp=m["timestamp"], name=m["name"]))
-                if i % 50 == 49:
-                    progress.advance(t_ingest, 50)
-            eng.flush()
-            timing["ingest_s"] += time.perf_counter() - t0
-            progress.advance(t_ingest, len(conv.messages) % 50)
-            turns = [RawTurn(i, m["name"], m["content"], m["timestamp"])
-                     for i, m in enumerate(conv.messages)]
-            by_dia = {m["dia_id"]: i for i, m in enumerate(conv.messages) if m.get("dia_id")}
-            t0 = time.perf_counter()
-            index = TurnIndex(turns, embedder)
-            timing["baseline_index_s"] += time.perf_counter() - t0
-            full_tokens = estimate_tokens(index.full_text)
-            full_words = content_words(index.full_text)
-            for qa in questions[id(conv)]:
-                ask(eng, sid, conv, qa, index, by_dia, budgets, full_tokens, full_words, tally,
-                    counts, timing, details, turn_nos)
-                progress.advance(t_ask)
+            folder = root / f"{embedder_name}-{sid}"
+            marker = folder / "ingested.json"
+            previous = _ingested(marker, conv, args.embedder)
+            if previous is None and folder.exists():
+                shutil.rmtree(folder)  # an unfinished or outdated ingestion: start again
+            with cce_duck.Engine(data_dir=folder, embedder=args.embedder) as eng:
+                embedder = eng.store.embedder
+                embedder_name = embedder.name
+                config_doc = {k: str(v) for k, v in asdict(eng.config).items() if k != "data_dir"}
+                if previous is not None:
+                    turn_nos = previous
+                    reused.append(conv.sample_id)
+                    progress.advance(t_ingest, len(conv.messages))
+                else:
+                    t0 = time.perf_counter()
+                    turn_nos = []
+                    for i, m in enumerate(conv.messages):
+                        turn_nos.append(eng.add_message(sid, m["role"], m["content"],
+                                                        timestamp=m["timestamp"], name=m["name"]))
+                        if i % 50 == 49:
+                            progress.advance(t_ingest, 50)
+                    eng.flush()
+                    timing["ingest_s"] += time.perf_counter() - t0
+                    progress.advance(t_ingest, len(conv.messages) % 50)
+                    if args.data_dir:
+                        marker.write_text(json.dumps({
+                            "sample_id": conv.sample_id, "embedder": args.embedder,
+                            "messages": len(conv.messages), "git_commit": commit,
+                            "terms_probe": _TERMS_PROBE,
+                            "turn_nos": turn_nos}), encoding="utf-8")
+                turns = [RawTurn(i, m["name"], m["content"], m["timestamp"])
+                         for i, m in enumerate(conv.messages)]
+                by_dia = {m["dia_id"]: i for i, m in enumerate(conv.messages) if m.get("dia_id")}
+                t0 = time.perf_counter()
+                index = TurnIndex(turns, embedder)
+                timing["baseline_index_s"] += time.perf_counter() - t0
+                full_tokens = estimate_tokens(index.full_text)
+                full_words = content_words(index.full_text)
+                for qa in questions[id(conv)]:
+                    ask(eng, sid, conv, qa, index, by_dia, budgets, full_tokens, full_words, tally,
+                        counts, timing, details, turn_nos)
+                    progress.advance(t_ask)
     if details:
         details.close()
     return {
@@ -187,7 +209,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "wall_s": round(time.perf_counter() - started, 1),
         "config": {
             "data": str(args.data), "conversations": [c.sample_id for c in convs],
-            "budgets": budgets, "embedder": embedder.name, "categories": list(CATEGORIES),
+            "budgets": budgets, "embedder": embedder_name, "categories": list(CATEGORIES),
             "answer_categories": list(ANSWER_CATEGORIES),
             "questions_per_conversation": args.questions,
             "token_counter": "cce_duck.estimate_tokens on the context text (Engine: "
@@ -195,12 +217,29 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "baselines": "whole turns 'speaker: text' under a [YYYY-MM-DD] line per day, "
                          "conversation order; bm25 = rank_bm25 BM25Okapi + Snowball stems; "
                          "dense = the engine's embedder; hybrid = RRF k=60",
-            "engine_config": {k: str(v) for k, v in asdict(config).items() if k != "data_dir"},
+            "engine_config": config_doc,
+            "reused_ingestion": reused,
         },
         "counts": {"messages": n_msgs, "questions": n_q, **dict(counts)},
         "timing_s": {k: round(v, 2) for k, v in timing.items()},
         "budgets": {str(b): {"systems": tally.systems(b)} for b in budgets},
     }
+
+
+# Stored terms depend on the stemmer: an ingestion made with other terms is not reused.
+_TERMS_PROBE = " ".join(terms("Caroline's friends were running happily to the libraries generously"))
+
+
+def _ingested(marker: Path, conv: Conversation, embedder: str) -> list[int] | None:
+    """The turn numbers of a finished ingestion of ``conv`` kept in ``marker``'s folder, if any."""
+    try:
+        doc = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if (doc.get("sample_id") != conv.sample_id or doc.get("embedder") != embedder
+            or doc.get("messages") != len(conv.messages) or doc.get("terms_probe") != _TERMS_PROBE):
+        return None
+    return [int(t) for t in doc["turn_nos"]]
 
 
 def ask(eng: cce_duck.Engine, sid: str, conv: Conversation, qa: dict[str, Any], index: TurnIndex,
@@ -344,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--questions", type=_positive, default=None,
                     help="only N questions (categories 1-4) of each conversation, evenly spread")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--data-dir", type=Path, default=None,
+                    help="keep each conversation's engine folder here and reuse a finished "
+                         "ingestion of the same conversation and embedder (context-only "
+                         "experiments; delete the folder after changing how messages are stored)")
     ap.add_argument("--details", type=Path, default=None,
                     help="write one JSON line per question and budget (contexts, explain)")
     args = ap.parse_args(argv)

@@ -12,6 +12,8 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
+import Stemmer
+
 from cce_duck.scripts import FOLD, KATAKANA, MARKS, NO_SPACE, script_of
 from cce_duck.stopwords import OTHER_STOPWORDS, QUESTION_WORDS
 
@@ -67,6 +69,7 @@ _ASCII_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 _KATAKANA = re.compile(f"[{KATAKANA}]")
 _SENTENCE_START = frozenset(".!?¿¡…。！？\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?…।॥؟])[\"')\]]*\s+|(?<=[。！？])|\n+")
+_SNOWBALL = Stemmer.Stemmer("english")  # PyStemmer (C); ported to cce_sdk_js/src/snowball.js
 _TOKEN_PIECE = re.compile(
     rf"[{NO_SPACE}]+|[A-Za-z]+|\d+|(?:[^\W\d_A-Za-z{NO_SPACE}]|[{MARKS}])+|\n|[ \t]{{2,}}|[^\w\s]",
     re.UNICODE,
@@ -115,21 +118,12 @@ _QUESTION: frozenset[str] = frozenset(_normalise(w) for w in _QUESTION_WORDS | Q
 
 
 def _stem(word: str) -> str:
-    """A light English plural/possessive stemmer (other scripts are left alone)."""
+    """Snowball (Porter 2) stem of an English word; possessives dropped; other scripts kept."""
     if word.endswith("'s"):
         word = word[:-2]
     elif "'" in word:
         word = word.replace("'", "")
-    if len(word) > 3 and word.isascii() and word.endswith("s") and not word.endswith(
-        ("ss", "us", "is")
-    ):
-        if word.endswith("sses"):  # classes -> class
-            word = word[:-2]
-        elif word.endswith("ies") and len(word) > 4:  # queries -> query (but ties -> tie)
-            word = word[:-3] + "y"
-        else:  # bugs -> bug
-            word = word[:-1]
-    return word
+    return str(_SNOWBALL.stemWord(word)) if word.isascii() else word
 
 
 def _bigrams(run: str) -> list[str]:
@@ -156,7 +150,7 @@ def _keep(word: str) -> bool:
 
 
 def terms(text: str) -> list[str]:
-    """BM25 terms of a text: normalised words without stop words, lightly stemmed.
+    """BM25 terms of a text: normalised words without stop words, Snowball-stemmed (English).
 
     Works for any script: combining marks stay inside words (Devanagari, Arabic, decomposed
     accents), Chinese/Japanese/Korean/Thai runs become overlapping character bigrams, any

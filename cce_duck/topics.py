@@ -11,7 +11,7 @@ from datetime import datetime
 import numpy as np
 
 from cce_duck.embedders.base import Matrix
-from cce_duck.text import cached_terms, estimate_tokens, split_sentences
+from cce_duck.text import cached_terms, estimate_tokens, split_sentences, term_words
 
 __all__ = ["TopicTurn", "clip", "label", "macro_summary", "meso_summary", "micro", "segment", "unit"]
 
@@ -121,15 +121,19 @@ def meso_summary(turns: Sequence[TopicTurn], vectors: Matrix, max_tokens: int = 
 def label(turns: Sequence[TopicTurn], df: dict[str, int], n_docs: int, n_terms: int = 3) -> str:
     """The topic's most distinctive terms (tf in topic x idf in session), as a short label."""
     tf: Counter[str] = Counter()
+    words: dict[str, Counter[str]] = {}  # term -> the words it stands for, to show the commonest
     for t in turns:
-        tf.update(set(cached_terms(t.content)))
+        pairs = term_words(t.content)
+        tf.update({term for term, _ in pairs})
+        for term, word in pairs:
+            words.setdefault(term, Counter())[word] += 1
     if not tf:
         return "(no words)"
     scored = sorted(
         tf.items(),
         key=lambda kv: (-(kv[1] * np.log(1 + n_docs / (1 + df.get(kv[0], 0)))), kv[0]),
     )
-    return ", ".join(term for term, _ in scored[:n_terms])
+    return ", ".join(words[term].most_common(1)[0][0] for term, _ in scored[:n_terms])
 
 
 def macro_summary(labels: Sequence[str], summaries: Sequence[str], max_tokens: int = 240) -> str:

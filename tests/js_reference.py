@@ -57,6 +57,30 @@ def scenario(fixture: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stem_table(min_words: int = 50_000) -> dict[str, str]:
+    """Snowball stems (PyStemmer, as the engine's terms use it) of a large word list: the words of
+    the LoCoMo dev file when it is there, and of the Python standard library's sources (present
+    on every machine), so the JavaScript port is compared on at least ``min_words`` words."""
+    import re
+    import sysconfig
+
+    import Stemmer
+
+    words: set[str] = set()
+    locomo = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo_dev.json"
+    if locomo.is_file():
+        words.update(re.findall(r"[a-z0-9]+", locomo.read_text(encoding="utf-8").lower()))
+    for f in sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py")):
+        words.update(re.findall(r"[a-z]+", f.read_text(encoding="utf-8", errors="ignore").lower()))
+    if len(words) < min_words:
+        raise SystemExit(f"only {len(words)} words found for the stemmer comparison")
+    stemmer = Stemmer.Stemmer("english")
+    return {w: stemmer.stemWord(w) for w in sorted(words)}
+
+
 if __name__ == "__main__":
-    data = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
-    json.dump(scenario(data), sys.stdout, ensure_ascii=False)
+    if sys.argv[1] == "--stems":
+        json.dump(stem_table(), sys.stdout)
+    else:
+        data = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+        json.dump(scenario(data), sys.stdout, ensure_ascii=False)

@@ -1,6 +1,8 @@
 // Text primitives, ported from cce_duck/text.py: sentences with offsets, BM25 terms, question
 // terms and token estimates. Offsets are JavaScript string indices (UTF-16 code units).
 
+import { snowballEnglish } from "./snowball.js";
+
 export const STOPWORDS = new Set([
   "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any",
   "are", "aren", "as", "at", "be", "because", "been", "before", "being", "below", "between",
@@ -70,13 +72,7 @@ function normalise(text) {
 function stem(word) {
   if (word.endsWith("'s")) word = word.slice(0, -2);
   else if (word.includes("'")) word = word.replace(/'/g, "");
-  if (word.length > 3 && ASCII.test(word) && word.endsWith("s")
-      && !(word.endsWith("ss") || word.endsWith("us") || word.endsWith("is"))) {
-    if (word.endsWith("sses")) word = word.slice(0, -2);
-    else if (word.endsWith("ies") && word.length > 4) word = word.slice(0, -3) + "y";
-    else word = word.slice(0, -1);
-  }
-  return word;
+  return ASCII.test(word) ? snowballEnglish(word) : word;
 }
 
 /** Lower-cased words; runs of CJK characters become overlapping character bigrams. */
@@ -95,7 +91,7 @@ export function tokens(text) {
   return out;
 }
 
-/** BM25 terms of a text: normalised words without stop words, lightly stemmed. */
+/** BM25 terms of a text: normalised words without stop words, Snowball-stemmed (English). */
 export function terms(text) {
   const out = [];
   for (const w of tokens(text)) {

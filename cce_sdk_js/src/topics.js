@@ -1,5 +1,5 @@
 // Topic segmentation and extractive summaries, ported from cce_duck/topics.py.
-import { estimateTokens, splitSentences, terms } from "./text.js";
+import { estimateTokens, splitSentences, termWords, terms } from "./text.js";
 
 export function dot(a, b) {
   let s = 0;
@@ -90,13 +90,28 @@ export function mesoSummary(turns, vectors, maxTokens = 80) {
 /** The topic's most distinctive terms (tf in topic x idf in session), as a short label. */
 export function label(turns, df, nDocs, nTerms = 3) {
   const tf = new Map();
-  for (const t of turns) for (const term of new Set(terms(t.content))) tf.set(term, (tf.get(term) ?? 0) + 1);
+  const words = new Map(); // term -> the words it stands for, to show the commonest
+  for (const t of turns) {
+    const pairs = termWords(t.content);
+    for (const term of new Set(pairs.map(([term]) => term))) tf.set(term, (tf.get(term) ?? 0) + 1);
+    for (const [term, word] of pairs) {
+      if (!words.has(term)) words.set(term, new Map());
+      const counts = words.get(term);
+      counts.set(word, (counts.get(word) ?? 0) + 1);
+    }
+  }
   if (tf.size === 0) return "(no words)";
+  const commonest = (term) => {
+    let best = null;
+    let n = 0;
+    for (const [word, c] of words.get(term)) if (c > n) { best = word; n = c; }
+    return best;
+  };
   const score = (term, n) => n * Math.log(1 + nDocs / (1 + (df.get(term) ?? 0)));
   const scored = [...tf.entries()].sort((a, b) => {
     const d = score(b[0], b[1]) - score(a[0], a[1]);
     if (d !== 0) return d;
     return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0;
   });
-  return scored.slice(0, nTerms).map(([t]) => t).join(", ");
+  return scored.slice(0, nTerms).map(([t]) => commonest(t)).join(", ");
 }

@@ -10,6 +10,7 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { createEngine } from "../src/index.js";
+import { snowballEnglish } from "../src/snowball.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, "..", "..");
@@ -91,4 +92,15 @@ test("the lite engine agrees with the Python engine on the shared fixture", { ti
     }
   }
   assert.ok(compared >= 70, `compared ${compared} contexts`);
+});
+
+test("the Snowball English port stems a large word list exactly like PyStemmer", () => {
+  const table = JSON.parse(execFileSync(python(), [path.join(repo, "tests", "js_reference.py"), "--stems"],
+    { encoding: "utf8", maxBuffer: 256 * 1024 * 1024 }));
+  const words = Object.keys(table);
+  assert.ok(words.length >= 50000, `only ${words.length} words`);
+  const wrong = words.filter((w) => snowballEnglish(w) !== table[w]);
+  assert.deepEqual(wrong.slice(0, 20).map((w) => [w, table[w], snowballEnglish(w)]), []);
+  // the table exercises the rules, not only words that stay unchanged
+  assert.ok(words.filter((w) => table[w] !== w).length > words.length / 3);
 });

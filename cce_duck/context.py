@@ -4,6 +4,7 @@ hard token cap (the cap is never exceeded)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,8 @@ from cce_duck.text import content_words, estimate_tokens
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
-__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "is_overview_question", "retrieve"]
+__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "is_overview_question", "rerank",
+           "retrieve"]
 
 _OVERVIEW = re.compile(
     r"\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
@@ -34,6 +36,9 @@ QUOTE_MAX_TOKENS = 120
 QUOTES_PER_NOTE = 6
 FILLER_MAX_WORDS = 1  # a sentence with at most this many content words is a pleasantry
 HITS_PER_NOTE = 8  # turns retrieved per note allowed, so a full budget has candidates to spare
+# Conversation-aware re-ranking of the hits (see `rerank`):
+REPLY_SHARE = 0.5  # a reply inherits this share of the score of the question right before it
+OTHER_SPEAKER = 0.7  # score factor of turns by others when the question names one speaker
 
 
 def is_overview_question(query: str) -> bool:
@@ -158,7 +163,8 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
         hits = index.retrieve(qv, req.query, next_turn=next_turn, k=HITS_PER_NOTE * req.top_k,
                               since=req.since, until=req.until, last_turns=req.last_turns,
                               before_turn=first_verbatim, recency_weight=config.recency_weight,
-                              rrf_k=config.rrf_k)
+                              rrf_k=config.rrf_k, replies=True)
+        hits = rerank(hits, req.query, index.speaker)
         chosen, dropped, memory_paid = _quotes(store, sid, req, hits, index, budget, memory_paid,
                                                memory_overhead)
 
@@ -223,6 +229,33 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
         return []
     return [{**{c: h.get(c) for c in SEARCH_SCHEMA}, "content": index.content[h["row"]]}
             for h in hits]
+
+
+def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None]
+           ) -> list[dict[str, Any]]:
+    """Hits in conversation-aware order (their ``score``; ``rank`` is renumbered).
+
+    Two facts of conversations: the answer to a question is often the reply right after it, so
+    a turn following a turn that asks inherits ``REPLY_SHARE`` of that turn's fused score; and a
+    question naming exactly one of the session's speakers ("What did Caroline research?") is
+    about what that speaker said, so other speakers' turns (often ones addressing her by name)
+    weigh ``OTHER_SPEAKER`` times their score. Ties: the later turn first.
+    """
+    by_turn = {h["turn_no"]: h for h in hits}
+    named = {s for s in set(speakers) if s and re.search(
+        rf"(?<![^\W_]){re.escape(s)}(?![^\W_])", query, re.I)}
+    for h in hits:
+        score = h["fused"]
+        prev = by_turn.get(h["turn_no"] - 1)
+        if prev is not None and prev["asks"]:
+            score += REPLY_SHARE * prev["fused"]
+        if len(named) == 1 and h["speaker"] not in named:
+            score *= OTHER_SPEAKER
+        h["score"] = score
+    out = sorted(hits, key=lambda h: (-h["score"], -h["turn_no"]))
+    for r, h in enumerate(out):
+        h["rank"] = r + 1
+    return out
 
 
 def _day_header(ts: datetime) -> str:

@@ -17,6 +17,7 @@ The cache holds a bounded number of bytes and drops the least recently used sess
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from cce_duck.text import query_terms
 __all__ = ["Hit", "IndexCache", "SessionIndex"]
 
 Hit = dict[str, Any]
+_ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
 
 _blas_lock = threading.Lock()
 _blas_depth = 0
@@ -87,6 +89,7 @@ class SessionIndex:
     n_terms: np.ndarray          # (n,) float64
     tokens: np.ndarray           # (n,) int64 token estimate of each turn
     note_id: np.ndarray          # (n,) int64, -1 while the turn is not compressed
+    asks: np.ndarray             # (n,) bool: the turn contains a question mark
     role: list[str]
     speaker: list[str | None]
     content: list[str | None]    # the turn's text (None when raw text is not kept)
@@ -111,7 +114,8 @@ class SessionIndex:
     @cached_property
     def base_bytes(self) -> int:
         """Approximate memory held by what was loaded."""
-        arrays = (self.turn_no, self.ts, self.n_terms, self.tokens, self.note_id, self.mvec,
+        arrays = (self.turn_no, self.ts, self.n_terms, self.tokens, self.note_id, self.asks,
+                  self.mvec,
                   self.s_row, self.s_no, self.s_start, self.s_end, self.svec, self.p_offsets,
                   self.p_row, self.p_tf)
         text = sum(len(t) for t in self.pins) + sum(
@@ -179,6 +183,8 @@ class SessionIndex:
             n_terms=turns.column("n_terms").to_numpy().astype(np.float64),
             tokens=tokens,
             note_id=note_id,
+            asks=np.array([c is not None and _ASKS.search(c) is not None for c in content],
+                          dtype=bool),
             role=role,
             speaker=speaker,
             content=content,
@@ -221,9 +227,14 @@ class SessionIndex:
     def retrieve(self, qv: Matrix, query: str, *, next_turn: int, k: int,
                  since: datetime | None = None, until: datetime | None = None,
                  last_turns: int | None = None, before_turn: int | None = None,
-                 recency_weight: float = 0.05, rrf_k: int = 60) -> list[Hit]:
+                 recency_weight: float = 0.05, rrf_k: int = 60, replies: bool = False
+                 ) -> list[Hit]:
         """The ``cce_retrieve_v1`` ranking: turn_no, row, dense, best_sentence, bm25, recency,
-        fused and rank of the best ``k`` turns."""
+        fused and rank of the best ``k`` turns (and ``asks``: the turn has a question mark).
+
+        With ``replies``, the turn right after each of those that asks is added after them
+        (when the window allows it and it is not among them): the likely answer.
+        """
         n = len(self.turn_no)
         if n == 0:
             return []
@@ -231,11 +242,12 @@ class SessionIndex:
             return self._retrieve(np.asarray(qv, dtype=np.float32).reshape(-1), query,
                                   next_turn=next_turn, k=k, since=since, until=until,
                                   last_turns=last_turns, before_turn=before_turn,
-                                  recency_weight=recency_weight, rrf_k=rrf_k)
+                                  recency_weight=recency_weight, rrf_k=rrf_k, replies=replies)
 
     def _retrieve(self, q: np.ndarray, query: str, *, next_turn: int, k: int,
                   since: datetime | None, until: datetime | None, last_turns: int | None,
-                  before_turn: int | None, recency_weight: float, rrf_k: int) -> list[Hit]:
+                  before_turn: int | None, recency_weight: float, rrf_k: int,
+                  replies: bool) -> list[Hit]:
         n = len(self.turn_no)
         dense = (self.mvec.astype(np.float32) @ q).astype(np.float64) / 127.0
         best_sentence = np.full(n, -1, dtype=np.int64)
@@ -269,6 +281,10 @@ class SessionIndex:
         r_bm25 = _ranks(bm25[cand], tn)
         fused = 1.0 / (rrf_k + r_dense) + np.where(bm25[cand] > 0, 1.0 / (rrf_k + r_bm25), 0.0)
         order = np.lexsort((-tn, -fused))[:k]
+        if replies:  # the turn after each question among the hits, when it is not one already
+            nxt = order[(order + 1 < len(cand)) & self.asks[cand[order]]] + 1
+            nxt = nxt[tn[nxt] == tn[nxt - 1] + 1]
+            order = np.concatenate([order, np.setdiff1d(nxt, order)])
         out = []
         for r, i in enumerate(order):
             row = int(cand[i])
@@ -278,7 +294,7 @@ class SessionIndex:
                 "role": self.role[row], "speaker": self.speaker[row],
                 "ts": self.ts[row].item(), "dense": float(dense[row]),
                 "best_sentence": int(best_sentence[row]) if best_sentence[row] >= 0 else None,
-                "bm25": float(bm25[row]), "recency": float(recency[row]),
+                "bm25": float(bm25[row]), "recency": float(recency[row]), "asks": bool(self.asks[row]),
                 "fused": float(fused[i]), "rank": r + 1})
         return out
 

@@ -11,6 +11,9 @@ const QUOTE_MAX_TOKENS = 120;
 const QUOTES_PER_NOTE = 6;
 const FILLER_MAX_WORDS = 1; // a sentence with at most this many content words is a pleasantry
 const HITS_PER_NOTE = 8; // turns retrieved per note allowed, so a full budget has candidates to spare
+// Conversation-aware re-ranking of the hits (see `rerank`):
+const REPLY_SHARE = 0.5; // a reply inherits this share of the score of the question right before it
+const OTHER_SPEAKER = 0.7; // score factor of turns by others when the question names one speaker
 const OVERVIEW = new RegExp(
   "\\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
   + "|what (topics|subjects)|summari[sz]e (our|the|this) (conversation|chat|discussion)"
@@ -145,7 +148,8 @@ export function buildContext(engine, s, req, explain) {
     ({ chosen, dropped, memoryPaid } = overviewNotes(s, budget, memoryPaid, memoryOverhead));
   } else if (req.query.trim()) {
     hits = engine.retrieve(s.id, req.query, { k: HITS_PER_NOTE * req.topK, since: req.since, until: req.until,
-      lastTurns: req.lastTurns, beforeTurn: firstVerbatim });
+      lastTurns: req.lastTurns, beforeTurn: firstVerbatim, replies: true });
+    hits = rerank(hits, req.query, s.turns.map((t) => t.speaker));
     ({ chosen, dropped, memoryPaid } = quotes(s, req, hits, budget, memoryPaid, memoryOverhead));
   }
 
@@ -189,6 +193,29 @@ export function buildContext(engine, s, req, explain) {
     if (note) note.retrievalCount += 1;
   }
   return payload;
+}
+
+/** Hits in conversation-aware order (cce_duck/context.py `rerank`): a reply inherits part of
+ * the score of the question right before it; a question naming exactly one speaker weighs other
+ * speakers' turns down. Ties: the later turn first; `rank` is renumbered. */
+export function rerank(hits, query, speakers) {
+  const byTurn = new Map(hits.map((h) => [h.turn_no, h]));
+  const named = new Set();
+  for (const sp of new Set(speakers)) {
+    if (!sp) continue;
+    const esc = sp.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    if (new RegExp(`(?<![\\p{L}\\p{N}])${esc}(?![\\p{L}\\p{N}])`, "iu").test(query)) named.add(sp);
+  }
+  for (const h of hits) {
+    let score = h.fused;
+    const prev = byTurn.get(h.turn_no - 1);
+    if (prev !== undefined && prev.asks) score += REPLY_SHARE * prev.fused;
+    if (named.size === 1 && !named.has(h.speaker)) score *= OTHER_SPEAKER;
+    h.score = score;
+  }
+  const out = [...hits].sort((a, b) => b.score - a.score || b.turn_no - a.turn_no);
+  out.forEach((h, i) => { h.rank = i + 1; });
+  return out;
 }
 
 /** The part of a turn worth quoting (its best sentence, and the next one when short) and its

@@ -40,6 +40,8 @@ function contentHash(role, content) {
   return h;
 }
 
+const ASKS = /[?？؟]/u; // a turn with a question mark: the next turn is likely its answer
+
 class LiteEngine {
   constructor(options = {}) {
     const unknown = Object.keys(options).filter((k) => !(k in DEFAULTS));
@@ -251,7 +253,7 @@ class LiteEngine {
 
   /** Ranked stored turns for `query` with their scores (the cce_retrieve macro). */
   retrieve(sessionId, query, { k = 40, since = null, until = null, lastTurns = null, beforeTurn = null,
-    recencyWeight = this.config.recencyWeight, rrfK = this.config.rrfK } = {}) {
+    recencyWeight = this.config.recencyWeight, rrfK = this.config.rrfK, replies = false } = {}) {
     const s = this._existing(sessionId);
     const qv = this.embedder.embed(query);
     const qt = queryTerms(query);
@@ -279,7 +281,7 @@ class LiteEngine {
       }
       return { turn_no: t.turnNo, note_id: t.noteId, role: t.role, speaker: t.speaker, ts: t.ts,
         dense: Math.max(md, sd ?? md), best_sentence: bestSentence, bm25,
-        recency: (t.turnNo + 1) / Math.max(s.nextTurn, 1) };
+        recency: (t.turnNo + 1) / Math.max(s.nextTurn, 1), asks: ASKS.test(t.content ?? "") };
     });
     const byDense = [...scored].sort((a, b) => (b.dense + recencyWeight * b.recency) - (a.dense + recencyWeight * a.recency)
       || b.turn_no - a.turn_no);
@@ -287,8 +289,20 @@ class LiteEngine {
     const byBm = [...scored].sort((a, b) => b.bm25 - a.bm25 || b.turn_no - a.turn_no);
     byBm.forEach((h, i) => { h.rBm25 = i + 1; });
     for (const h of scored) h.fused = 1 / (rrfK + h.rDense) + (h.bm25 > 0 ? 1 / (rrfK + h.rBm25) : 0);
+    const position = new Map(scored.map((h, i) => [h, i])); // candidate order (turn order)
+    const inOrder = [...scored];
     scored.sort((a, b) => b.fused - a.fused || b.turn_no - a.turn_no);
-    return scored.slice(0, k).map(({ rDense, rBm25, ...h }, i) => ({ ...h, rank: i + 1 }));
+    let top = scored.slice(0, k);
+    if (replies) { // the turn after each question among the hits, when it is not one already
+      const taken = new Set(top);
+      const extra = new Set();
+      for (const h of top) {
+        const nxt = inOrder[position.get(h) + 1];
+        if (h.asks && nxt && nxt.turn_no === h.turn_no + 1 && !taken.has(nxt)) extra.add(nxt);
+      }
+      top = top.concat([...extra].sort((a, b) => a.turn_no - b.turn_no));
+    }
+    return top.map(({ rDense, rBm25, ...h }, i) => ({ ...h, rank: i + 1 }));
   }
 
   /** Ranked turns with their text (like Engine.search). */

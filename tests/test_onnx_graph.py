@@ -5,13 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 from tokenizers import Tokenizer
 
 from cce_duck.embedders.onnx import lookup_after_gather, onnx_files
 
-FILES = onnx_files()
-pytestmark = pytest.mark.skipif(FILES is None, reason="onnx model packages not installed")
+FILES = onnx_files()  # the model packages are core dependencies: never skipped
 
 TEXTS = [
     "Hey Mel! How are you doing? I went hiking last weekend with my family.",

@@ -39,6 +39,7 @@ HITS_PER_NOTE = 8  # turns retrieved per note allowed, so a full budget has cand
 # Conversation-aware re-ranking of the hits (see `rerank`):
 REPLY_SHARE = 0.5  # a reply inherits this share of the score of the question right before it
 OTHER_SPEAKER = 0.7  # score factor of turns by others when the question names one speaker
+TERMS_HALF_WEIGHT = 3  # a turn with this many terms weighs half (see `rerank`)
 
 
 def is_overview_question(query: str) -> bool:
@@ -239,7 +240,13 @@ def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None
     a turn following a turn that asks inherits ``REPLY_SHARE`` of that turn's fused score; and a
     question naming exactly one of the session's speakers ("What did Caroline research?") is
     about what that speaker said, so other speakers' turns (often ones addressing her by name)
-    weigh ``OTHER_SPEAKER`` times their score. Ties: the later turn first.
+    weigh ``OTHER_SPEAKER`` times their score.
+
+    And a prior on size: a turn with ``n`` terms (its BM25 terms, the speaker's name included)
+    weighs ``n / (n + TERMS_HALF_WEIGHT)``. Short turns ("Thanks!", "Wow, so cool!") hold little
+    worth quoting, yet their vectors sit close to many questions; on LoCoMo a hit with under 3
+    content words was evidence 0.1% of the time, one with 24 or more 10.8%.
+    Ties: the later turn first.
     """
     by_turn = {h["turn_no"]: h for h in hits}
     named = {s for s in set(speakers) if s and re.search(
@@ -251,6 +258,7 @@ def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None
             score += REPLY_SHARE * prev["fused"]
         if len(named) == 1 and h["speaker"] not in named:
             score *= OTHER_SPEAKER
+        score *= h["n_terms"] / (h["n_terms"] + TERMS_HALF_WEIGHT)
         h["score"] = score
     out = sorted(hits, key=lambda h: (-h["score"], -h["turn_no"]))
     for r, h in enumerate(out):

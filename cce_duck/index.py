@@ -295,7 +295,7 @@ class SessionIndex:
                 "ts": self.ts[row].item(), "dense": float(dense[row]),
                 "best_sentence": int(best_sentence[row]) if best_sentence[row] >= 0 else None,
                 "bm25": float(bm25[row]), "recency": float(recency[row]), "asks": bool(self.asks[row]),
-                "fused": float(fused[i]), "rank": r + 1})
+                "n_terms": int(self.n_terms[row]), "fused": float(fused[i]), "rank": r + 1})
         return out
 
     def _bm25(self, query: str) -> np.ndarray:

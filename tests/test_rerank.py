@@ -1,4 +1,5 @@
-"""Conversation-aware re-ranking of retrieval hits: replies after questions, the named speaker."""
+"""Conversation-aware re-ranking of retrieval hits: replies after questions, the named speaker,
+the prior on a turn's size."""
 
 from __future__ import annotations
 
@@ -6,18 +7,23 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cce_duck import Engine
-from cce_duck.context import OTHER_SPEAKER, REPLY_SHARE, rerank
+from cce_duck.context import OTHER_SPEAKER, REPLY_SHARE, TERMS_HALF_WEIGHT, rerank
+
+N = 12  # terms of a test turn
+SIZE = N / (N + TERMS_HALF_WEIGHT)  # the size prior's factor for such a turn
 
 
-def _hit(turn: int, fused: float, speaker: str, asks: bool = False) -> dict[str, Any]:
-    return {"turn_no": turn, "fused": fused, "speaker": speaker, "asks": asks, "rank": 0}
+def _hit(turn: int, fused: float, speaker: str, asks: bool = False, terms: int = N
+         ) -> dict[str, Any]:
+    return {"turn_no": turn, "fused": fused, "speaker": speaker, "asks": asks, "n_terms": terms,
+            "rank": 0}
 
 
 def test_a_reply_inherits_part_of_its_question_score() -> None:
     hits = [_hit(4, 0.030, "Ann", asks=True), _hit(7, 0.020, "Bob"), _hit(5, 0.012, "Bob")]
     out = rerank(hits, "What did they plan for the trip?", ["Ann", "Bob"])
     assert [h["turn_no"] for h in out] == [4, 5, 7]  # 0.012 + 0.5 * 0.030 = 0.027 > 0.020
-    assert out[1]["score"] == 0.012 + REPLY_SHARE * 0.030
+    assert out[1]["score"] == (0.012 + REPLY_SHARE * 0.030) * SIZE
     assert [h["rank"] for h in out] == [1, 2, 3]
     # no question mark before it: no inheritance
     hits = [_hit(4, 0.030, "Ann"), _hit(7, 0.020, "Bob"), _hit(5, 0.012, "Bob")]
@@ -28,12 +34,24 @@ def test_a_question_naming_one_speaker_prefers_her_turns() -> None:
     hits = [_hit(3, 0.030, "Bob"), _hit(9, 0.025, "Ann")]
     out = rerank(hits, "What did Ann bake for the party?", ["Ann", "Bob", None])
     assert [h["turn_no"] for h in out] == [9, 3]
-    assert out[1]["score"] == 0.030 * OTHER_SPEAKER
+    assert out[1]["score"] == 0.030 * OTHER_SPEAKER * SIZE
     # both named, none named, or a name inside another word: scores stay the fused ones
     for q in ("What did Ann and Bob bake?", "What was baked?", "What did Annabel bake?"):
         out = rerank([_hit(3, 0.030, "Bob"), _hit(9, 0.025, "Ann")], q, ["Ann", "Bob"])
         assert [h["turn_no"] for h in out] == [3, 9]
-        assert [h["score"] for h in out] == [0.030, 0.025]
+        assert [h["score"] for h in out] == [0.030 * SIZE, 0.025 * SIZE]
+
+
+def test_short_turns_weigh_less() -> None:
+    # "Thanks, so cool!" (2 terms) against a turn of facts (12 terms) with a lower fused score
+    hits = [_hit(3, 0.030, "Bob", terms=2), _hit(9, 0.024, "Ann", terms=12)]
+    out = rerank(hits, "What did they bake?", ["Ann", "Bob"])
+    assert [h["turn_no"] for h in out] == [9, 3]
+    assert out[1]["score"] == 0.030 * 2 / (2 + TERMS_HALF_WEIGHT)
+    assert rerank([_hit(1, 0.02, "Ann", terms=TERMS_HALF_WEIGHT)], "x", [])[0]["score"] == 0.01
+    # a turn with no terms at all is last, whatever its fused score
+    out = rerank([_hit(1, 0.9, "Ann", terms=0), _hit(2, 0.001, "Ann")], "x", ["Ann"])
+    assert [h["turn_no"] for h in out] == [2, 1]
 
 
 def test_context_quotes_the_answer_after_a_matching_question() -> None:

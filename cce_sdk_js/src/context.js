@@ -14,6 +14,7 @@ const HITS_PER_NOTE = 8; // turns retrieved per note allowed, so a full budget h
 // Conversation-aware re-ranking of the hits (see `rerank`):
 const REPLY_SHARE = 0.5; // a reply inherits this share of the score of the question right before it
 const OTHER_SPEAKER = 0.7; // score factor of turns by others when the question names one speaker
+const TERMS_HALF_WEIGHT = 3; // a turn with this many terms weighs half (see `rerank`)
 const OVERVIEW = new RegExp(
   "\\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
   + "|what (topics|subjects)|summari[sz]e (our|the|this) (conversation|chat|discussion)"
@@ -197,7 +198,8 @@ export function buildContext(engine, s, req, explain) {
 
 /** Hits in conversation-aware order (cce_duck/context.py `rerank`): a reply inherits part of
  * the score of the question right before it; a question naming exactly one speaker weighs other
- * speakers' turns down. Ties: the later turn first; `rank` is renumbered. */
+ * speakers' turns down; a turn with n terms weighs n / (n + TERMS_HALF_WEIGHT). Ties: the later
+ * turn first; `rank` is renumbered. */
 export function rerank(hits, query, speakers) {
   const byTurn = new Map(hits.map((h) => [h.turn_no, h]));
   const named = new Set();
@@ -211,6 +213,7 @@ export function rerank(hits, query, speakers) {
     const prev = byTurn.get(h.turn_no - 1);
     if (prev !== undefined && prev.asks) score += REPLY_SHARE * prev.fused;
     if (named.size === 1 && !named.has(h.speaker)) score *= OTHER_SPEAKER;
+    score *= h.n_terms / (h.n_terms + TERMS_HALF_WEIGHT);
     h.score = score;
   }
   const out = [...hits].sort((a, b) => b.score - a.score || b.turn_no - a.turn_no);

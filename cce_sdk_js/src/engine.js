@@ -281,7 +281,8 @@ class LiteEngine {
       }
       return { turn_no: t.turnNo, note_id: t.noteId, role: t.role, speaker: t.speaker, ts: t.ts,
         dense: Math.max(md, sd ?? md), best_sentence: bestSentence, bm25,
-        recency: (t.turnNo + 1) / Math.max(s.nextTurn, 1), asks: ASKS.test(t.content ?? "") };
+        recency: (t.turnNo + 1) / Math.max(s.nextTurn, 1), asks: ASKS.test(t.content ?? ""),
+        n_terms: t.nTerms };
     });
     const byDense = [...scored].sort((a, b) => (b.dense + recencyWeight * b.recency) - (a.dense + recencyWeight * a.recency)
       || b.turn_no - a.turn_no);

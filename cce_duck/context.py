@@ -327,6 +327,12 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
                             "reason": "top_k", "fused": h["fused"]})
             continue
         who = h["speaker"] or h["role"]
+        if who not in who_tokens:
+            who_tokens[who] = estimate_tokens(f"{who}:")
+        if budget.total - budget.used < who_tokens[who] + 2:  # not even a one-token quote fits
+            dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"], "reason": "budget",
+                            "fused": h["fused"]})
+            continue
         memo = index.quotes.get((h["row"], h["best_sentence"]))
         if memo is None:
             r = h["row"]
@@ -335,8 +341,6 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             index.remember_quote((r, h["best_sentence"]), *memo)
         text, text_tokens = memo
         line = f"{who}: {text}"
-        if who not in who_tokens:
-            who_tokens[who] = estimate_tokens(f"{who}:")
         cost = who_tokens[who] + text_tokens + 1  # the estimate is additive over these pieces
         if group is None:
             if h["note_id"] is not None:

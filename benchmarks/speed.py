@@ -323,6 +323,8 @@ def query_latency(convs: list[Conversation], embedder: str, steps: Steps, questi
                 tokens.append(payload.tokens)
                 advance(1)
         eng.close()
+        out[f"query_{tag}_db_mb_per_1k_msgs"] = (db_bytes(folder) / 1e6
+                                                  / (out[f"query_{tag}_messages"] / 1000))
     out[f"query_{tag}_p50_ms"] = pct(times, 0.5)
     out[f"query_{tag}_p95_ms"] = pct(times, 0.95)
     out[f"query_{tag}_max_tokens_seen"] = max(tokens)
@@ -429,6 +431,7 @@ FIGURES: list[tuple[str, str, str]] = [  # key, label, format
     ("query_20k_p50_ms", "query p50 @20k/20 sessions (ms)", "{:.1f}"),
     ("query_20k_p95_ms", "query p95 @20k/20 sessions (ms, gate)", "{:.1f}"),
     ("query_20k_setup_s", "setup of the 20k folder (s)", "{:.1f}"),
+    ("query_20k_db_mb_per_1k_msgs", "database MB per 1,000 messages @20k (bulk)", "{:.2f}"),
     ("db_mb_per_1k_msgs", "database MB per 1,000 messages (gate)", "{:.2f}"),
     ("rss_mb_per_10k_notes", "RSS added per 10,000 notes (MB, gate)", "{:.1f}"),
     ("mem_notes", "notes stored for the RSS figure", "{:,.0f}"),

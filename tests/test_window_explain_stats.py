@@ -101,7 +101,10 @@ def test_explain_scores_budget_split_and_dropped(eng: Engine) -> None:
             assert c["start_turn"] <= q["turn_no"] <= c["end_turn"]
         assert c["fused"] == max(q["fused"] for q in c["quotes"])
     top = ex["hits"][0]
-    assert top["turn_no"] in (10, 11)  # "Who brings the barbecue grill" / "Marta brings the grill"
+    # the garden-party turns lead ("... a barbecue" / "Who brings the barbecue grill" / "Marta
+    # brings the grill"; the size prior makes the first two near-ties), and the answer is sent
+    assert top["turn_no"] in (9, 10, 11)
+    assert "Marta brings the grill" in ctx.to_string()
     assert top["bm25"] > 0
     assert ex["dropped"], "a 260-token budget cannot hold every hit"
     placed = {q["turn_no"] for c in ex["chosen"] for q in c["quotes"]}

@@ -102,6 +102,7 @@ class Store:
                 f"the data folder {data_dir} is already open in this process; share that "
                 "Engine (or close it first)"
             )
+        self._reader: duckdb.DuckDBPyConnection | None = None
         self.con = self._connect()
         try:
             self.embedder = self._prepare(embedder)
@@ -340,6 +341,7 @@ class Store:
         """Close the connection, run ``between`` (for example a file swap), open it again with
         the UDFs and macros. Cursors taken before are invalid afterwards."""
         self.con.execute("CHECKPOINT")
+        self._close_reader()
         self.con.close()
         try:
             if between is not None:
@@ -354,8 +356,22 @@ class Store:
             if not self.read_only and self.data_dir is not None:
                 self.con.execute("CHECKPOINT")
         finally:
+            self._close_reader()
             self.con.close()
             _OPEN_FILES.discard(self._key or "")
+
+    def reader(self) -> duckdb.DuckDBPyConnection:
+        """A second connection for plain reads that run beside this one's (the retrieval index
+        reads two tables at once); made on first use, closed with the store. Only one thread
+        may use it at a time."""
+        if self._reader is None:
+            self._reader = self.con.cursor()
+        return self._reader
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 def _in_use_message(data_dir: Path | None, read_only: bool, error: str) -> str:

@@ -149,3 +149,26 @@ def test_index_holds_the_stored_text_and_the_uncompressed_tail(tmp_path: Path) -
                 assert q["text"] == micro
         hits = eng.search("s", "database", k=5)
         assert hits["content"].to_list() == [by_turn[t][1] for t in hits["turn_no"].to_list()]
+
+
+def test_index_load_reads_beside_and_drops_rows_of_unread_turns(file_engine: Engine) -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from cce_duck.index import SessionIndex, _rows_of
+
+    eng = file_engine
+    eng.ingest("s", [{"role": "user", "content": f"Long message {i}. It has two sentences, "
+                      f"the second about topic {i} and the picnic."} for i in range(30)])
+    eng.flush()
+    state = eng.store.q("session_state", {"sid": "s"}).fetchone()
+    idx = SessionIndex.load(eng.store, "s", (state[1], int(state[0])))
+    # the second connection saw the same rows as the first
+    assert len(idx.turn_no) == 30
+    assert len(idx.s_row) == eng.sql("SELECT count(*) AS n FROM sentence_vectors")["n"][0]
+    assert eng.store.reader() is eng.store.reader()  # one reader, made once
+    # rows of turns the first read did not see (a write in between) are left out
+    table = pa.table({"turn_no": pa.array([1, 2, 7], pa.int32()), "x": ["a", "b", "c"]})
+    kept = _rows_of(table, np.array([1, 2, 3], dtype=np.int64))
+    assert kept.column("x").to_pylist() == ["a", "b"]
+    assert _rows_of(table, np.array([1, 2, 7])) is table

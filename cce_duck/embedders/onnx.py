@@ -57,7 +57,7 @@ class OnnxEmbedder:
 
         ``exact``: run the transformer's matrix products in float32 on the dequantised weights
         (``CCE_ONNX_EXACT=1``). By default they run as int8 products on the stored int8 weights
-        (:func:`integer_matmuls`): ~2.7x the texts per second and ~60 MB less memory, vectors
+        (:func:`integer_matmuls`): ~2.6x the texts per second and ~30 MB less memory, vectors
         at cosine ~0.994 to the float32 products'."""
         files = onnx_files()
         if files is None:

@@ -22,6 +22,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
+from cce_duck import dbfile
 from cce_duck.errors import CCEError, EncryptionError
 from cce_duck.sqlfiles import statement
 
@@ -206,7 +207,7 @@ def connect_encrypted(path: Path, key: FolderKey, *, read_only: bool,
     """
     if not create and not path.exists():
         raise CCEError(f"no database file {path}")
-    con = duckdb.connect(":memory:")
+    con = dbfile.connect()
     try:
         con.execute(statement("temp_directory", literals={"path": str(path) + ".tmp"}))
         con.execute(statement("temp_file_encryption"))

@@ -16,7 +16,7 @@ from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.index import IndexCache, SessionIndex
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
-from cce_duck.text import content_words, estimate_tokens
+from cce_duck.text import estimate_tokens
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
@@ -34,7 +34,7 @@ PIN_HEADER = "Pinned:"
 RECENT_SHARE = 0.3
 QUOTE_MAX_TOKENS = 120
 QUOTES_PER_NOTE = 6
-FILLER_MAX_WORDS = 1  # a sentence with at most this many content words is a pleasantry
+_WORD_CHAR = re.compile(r"\w")
 HITS_PER_NOTE = 8  # turns retrieved per note allowed, so a full budget has candidates to spare
 # Conversation-aware re-ranking of the hits (see `rerank`):
 REPLY_SHARE = 0.5  # a reply inherits this share of the score of the question right before it
@@ -298,16 +298,21 @@ def _quote_text(row: dict[str, Any], hit: dict[str, Any], index: SessionIndex) -
             text = clip(text, QUOTE_MAX_TOKENS)
             return text, estimate_tokens(text)
     spans = index.sentence_spans(hit["row"])
-    if len(spans) > 1:  # leave out pleasantries ("Wow, that's great!") around the substance
-        keep = [(a, z) for no, (a, z) in enumerate(spans)
-                if no == best or len(content_words(content[a:z])) >= FILLER_MAX_WORDS + 1]
-        if keep and len(keep) < len(spans):
-            text = clip(" ".join(content[a:z] for a, z in keep), QUOTE_MAX_TOKENS)
-            return text, estimate_tokens(text)
+    if spans and _leaves_out_words(content, spans):
+        # pleasantries ("Wow, that's great!") have no sentence row: quote the substance only
+        text = clip(" ".join(content[a:z] for a, z in spans), QUOTE_MAX_TOKENS)
+        return text, estimate_tokens(text)
     if row["tokens"] <= QUOTE_MAX_TOKENS:
         return content, int(row["tokens"])
     text = clip(content, QUOTE_MAX_TOKENS)
     return text, estimate_tokens(text)
+
+
+def _leaves_out_words(content: str, spans: list[tuple[int, int]]) -> bool:
+    """Some word of ``content`` lies outside the (ordered) sentence ``spans``."""
+    ends = [0, *(z for _, z in spans)]
+    starts = [*(a for a, _ in spans), len(content)]
+    return any(_WORD_CHAR.search(content, e, a) for e, a in zip(ends, starts, strict=True))
 
 
 def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, Any]],

@@ -74,7 +74,7 @@ def derive_turns(store: Store, config: Config, sid: str, rows: list[dict[str, An
         out.mvec.append(whole)
         if spans:
             out.svec.append(parts)
-            out.svec_rows.extend((n, j, a, z) for j, (a, z) in enumerate(spans))
+            out.svec_rows.extend((n, j, x, z) for j, (x, z) in zip(a.sent_nos, spans, strict=True))
         out.post.extend((term, n, min(c, 32767)) for term, c in Counter(words).items())
     return out
 

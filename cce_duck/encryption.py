@@ -24,6 +24,7 @@ from pathlib import Path
 
 import duckdb
 
+from cce_duck import dbfile
 from cce_duck.cipher import (
     MARKER_FILE,
     PLAIN_JOURNAL,
@@ -163,7 +164,7 @@ def _locked(stage: Path, folder: Path) -> Iterator[None]:
 
 def _scratch(stage: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory connection with httpfs whose spill files stay in ``stage``, encrypted."""
-    con = duckdb.connect(":memory:")
+    con = dbfile.connect()
     try:
         con.execute(statement("temp_directory", literals={"path": str(stage / "tmp")}))
         con.execute(statement("temp_file_encryption"))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from cce_duck import migrations
+from cce_duck import dbfile, migrations
 from cce_duck.cipher import (
     MARKER_FILE,
     PLAIN_JOURNAL,
@@ -141,7 +141,7 @@ class Store:
                 con = connect_encrypted(Path(self.path), self.folder_key, read_only=self.read_only)
                 self.journal_codec = self.folder_key.journal
             else:
-                con = duckdb.connect(self.path, read_only=self.read_only)
+                con = dbfile.connect(self.path, read_only=self.read_only)
             self._limit_memory(con)
             return con
         except duckdb.IOException as exc:

@@ -23,6 +23,7 @@ __all__ = [
     "cached_terms",
     "content_words",
     "estimate_tokens",
+    "is_filler",
     "query_terms",
     "split_sentences",
     "term_words",
@@ -221,6 +222,15 @@ def _main_script(words: list[str]) -> str:
 def content_words(text: str) -> set[str]:
     """Distinct normalised words of 3+ characters that are not stop words (CJK: bigrams)."""
     return {w for w in _tokens(text) if w not in _STOP and (len(w) >= 3 or _CJK_RUN.match(w))}
+
+
+FILLER_MAX_WORDS = 1  # a sentence with at most this many content words is a pleasantry
+
+
+def is_filler(sentence: str) -> bool:
+    """A pleasantry ("Wow, that's great!", "Thanks!"): at most one content word. Such sentences
+    get no vector of their own and are left out of quotes."""
+    return len(content_words(sentence)) <= FILLER_MAX_WORDS
 
 
 def estimate_tokens(text: str) -> int:

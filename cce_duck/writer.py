@@ -27,7 +27,7 @@ from cce_duck.memory import release_free_memory
 from cce_duck.messages import Message
 from cce_duck.store import Store
 from cce_duck.summariser import FreshNote, Summariser
-from cce_duck.text import cached_terms, estimate_tokens, split_sentences
+from cce_duck.text import cached_terms, estimate_tokens, is_filler, split_sentences
 
 __all__ = ["JOURNAL_FILE", "TextAnalysis", "Writer", "analyse_text", "content_hash", "quantize", "vectors_of"]
 
@@ -68,6 +68,7 @@ class TextAnalysis:
     words: list[str]                       # BM25 terms (the speaker's name included)
     tokens: int                            # token estimate of the text
     spans: list[tuple[int, int]]           # sentences that get their own vector
+    sent_nos: list[int]                    # their positions among the message's sentences
     whole: Matrix                          # (1, dim) message vector
     parts: Matrix                          # (len(spans), dim) sentence vectors
     sentences: list[tuple[str, list[str]]]  # every sentence with its terms
@@ -84,13 +85,16 @@ def analyse_text(emb: CachedEmbedder, config: Config, text: str, speaker: str | 
     words = [w for _, ws in per_sentence for w in ws] + (list(cached_terms(speaker)) if speaker
                                                           else [])
     tokens = estimate_tokens(text)
-    spans = ([(s.start, s.end) for s in sentences]
-             if len(sentences) > 1 and tokens >= config.sentence_min_tokens else [])
+    # A long message's sentences get vectors of their own, pleasantries ("Wow, that's great!")
+    # excepted: they answer no question, and a quote leaves them out.
+    kept = ([(no, s) for no, s in enumerate(sentences) if not is_filler(s.text)]
+            if len(sentences) > 1 and tokens >= config.sentence_min_tokens else [])
+    spans = [(s.start, s.end) for _, s in kept]
     # Embedded as "Speaker: text" (sentence spans shifted to match), like the BM25 terms.
     prefix = f"{speaker}: " if speaker else ""
     whole, parts = emb.embed_message(
         prefix + text, [(a + len(prefix), z + len(prefix)) for a, z in spans])
-    return TextAnalysis(words, tokens, spans, whole, parts, per_sentence)
+    return TextAnalysis(words, tokens, spans, [no for no, _ in kept], whole, parts, per_sentence)
 
 
 @dataclass
@@ -297,7 +301,7 @@ class Writer:
             })
             b.mvec.append(whole)
             b.mvec_keys.append((sid, n))
-            for j, (start, end) in enumerate(spans):
+            for j, (start, end) in zip(a.sent_nos, spans, strict=True):
                 b.svec_rows.append((sid, n, j, start, end))
             if spans:
                 b.svec.append(parts)

@@ -38,15 +38,15 @@ class HashEmbedder:
         return _normalise(out)
 
     def embed_spans(self, text: str, spans: list[tuple[int, int]]) -> tuple[Matrix, Matrix]:
-        """Sentence vectors, and the message vector as their sum (hashing is additive)."""
+        """Sentence vectors, and the message vector as their sum plus the words outside the
+        spans (hashing is additive: each word is hashed once)."""
         parts = np.zeros((len(spans), self.dim), dtype=np.float32)
         for row, (a, b) in enumerate(spans):
             self._add(parts[row], text[a:b])
-        covered = sum(b - a for a, b in spans)
         whole = parts.sum(axis=0, keepdims=True)
-        if covered < len(text.strip()) - len(spans):  # words outside the spans: embed apart
-            whole = np.zeros((1, self.dim), dtype=np.float32)
-            self._add(whole[0], text)
+        ends = [0, *(b for _, b in spans)]
+        starts = [*(a for a, _ in spans), len(text)]
+        self._add(whole[0], " ".join(text[e:a] for e, a in zip(ends, starts, strict=True)))
         return _normalise(whole), _normalise(parts)
 
     def _add(self, vec: Matrix, text: str) -> None:

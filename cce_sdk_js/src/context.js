@@ -1,6 +1,6 @@
 // The context builder, ported from cce_duck/context.py: pins, recent and pending turns, then
 // retrieved notes with verbatim quotes, under a hard token cap.
-import { contentWords, estimateTokens } from "./text.js";
+import { estimateTokens } from "./text.js";
 import { clip } from "./topics.js";
 
 export const MESSAGE_OVERHEAD = 4;
@@ -9,7 +9,7 @@ const PIN_HEADER = "Pinned:";
 const RECENT_SHARE = 0.3;
 const QUOTE_MAX_TOKENS = 120;
 const QUOTES_PER_NOTE = 6;
-const FILLER_MAX_WORDS = 1; // a sentence with at most this many content words is a pleasantry
+const WORD_CHAR = /[\p{L}\p{N}_]/u;
 const HITS_PER_NOTE = 8; // turns retrieved per note allowed, so a full budget has candidates to spare
 // Conversation-aware re-ranking of the hits (see `rerank`):
 const REPLY_SHARE = 0.5; // a reply inherits this share of the score of the question right before it
@@ -221,28 +221,32 @@ export function rerank(hits, query, speakers) {
   return out;
 }
 
+/** Some word of `content` lies outside the (ordered) sentence `spans`. */
+function leavesOutWords(content, spans) {
+  const ends = [0, ...spans.map((x) => x.end)];
+  const starts = [...spans.map((x) => x.start), content.length];
+  return ends.some((e, i) => WORD_CHAR.test(content.slice(e, starts[i])));
+}
+
 /** The part of a turn worth quoting (its best sentence, and the next one when short) and its
  * token estimate. */
 function quoteText(turn, best) {
   const content = turn.content;
   if (best !== null && turn.tokens > QUOTE_MAX_TOKENS) {
-    const s = turn.sents[best];
+    const s = turn.sents.find((x) => x.sentNo === best);
     if (s) {
       let text = content.slice(s.start, s.end);
-      const nxt = turn.sents[best + 1];
+      const nxt = turn.sents.find((x) => x.sentNo === best + 1);
       if (nxt && estimateTokens(text) < 16) text = content.slice(s.start, nxt.end);
       text = clip(text, QUOTE_MAX_TOKENS);
       return [text, estimateTokens(text)];
     }
   }
   const spans = turn.sents;
-  if (spans.length > 1) { // leave out pleasantries ("Wow, that's great!") around the substance
-    const keep = spans.filter((x, no) => no === best
-      || contentWords(content.slice(x.start, x.end)).size >= FILLER_MAX_WORDS + 1);
-    if (keep.length && keep.length < spans.length) {
-      const text = clip(keep.map((x) => content.slice(x.start, x.end)).join(" "), QUOTE_MAX_TOKENS);
-      return [text, estimateTokens(text)];
-    }
+  if (spans.length && leavesOutWords(content, spans)) {
+    // pleasantries ("Wow, that's great!") have no sentence vector: quote the substance only
+    const text = clip(spans.map((x) => content.slice(x.start, x.end)).join(" "), QUOTE_MAX_TOKENS);
+    return [text, estimateTokens(text)];
   }
   if (turn.tokens <= QUOTE_MAX_TOKENS) return [content, turn.tokens];
   const text = clip(content, QUOTE_MAX_TOKENS);

@@ -8,7 +8,7 @@ import { ConflictError, NotFoundError, ValidationError } from "./errors.js";
 import { HashEmbedder, dequantize, quantize } from "./hash.js";
 import { parseMessages, parseTime, validateSessionId } from "./messages.js";
 import { dot, label, mesoSummary, micro, segment } from "./topics.js";
-import { estimateTokens, queryTerms, splitSentences, terms } from "./text.js";
+import { estimateTokens, isFiller, queryTerms, splitSentences, terms } from "./text.js";
 
 export const DEFAULTS = Object.freeze({
   hotTurns: 6,
@@ -156,8 +156,10 @@ class LiteEngine {
     for (const w of words) tf.set(w, (tf.get(w) ?? 0) + 1);
     const tokens = estimateTokens(m.content);
     const sentences = splitSentences(m.content);
-    const spans = sentences.length > 1 && tokens >= this.config.sentenceMinTokens
-      ? sentences.map((x) => [x.start, x.end]) : [];
+    // A long message's sentences get vectors of their own, pleasantries excepted.
+    const kept = sentences.length > 1 && tokens >= this.config.sentenceMinTokens
+      ? sentences.map((x, no) => ({ no, x })).filter(({ x }) => !isFiller(x.text)) : [];
+    const spans = kept.map(({ x }) => [x.start, x.end]);
     let vec;
     let sents = [];
     // Embedded as "Speaker: text" (sentence spans shifted to match), like the BM25 terms.
@@ -166,7 +168,7 @@ class LiteEngine {
       const { whole, parts } = this.embedder.embedSpans(prefix + m.content,
         spans.map(([a, b]) => [a + prefix.length, b + prefix.length]));
       vec = dequantize(quantize(whole));
-      sents = spans.map(([a, b], j) => ({ sentNo: j, start: a, end: b, vec: dequantize(quantize(parts[j])) }));
+      sents = spans.map(([a, b], j) => ({ sentNo: kept[j].no, start: a, end: b, vec: dequantize(quantize(parts[j])) }));
     } else {
       vec = dequantize(quantize(this.embedder.embed(prefix + m.content)));
     }

@@ -74,16 +74,14 @@ export class HashEmbedder {
       addFeatures(acc, text.slice(a, b));
       return toFloat32(acc);
     });
-    const covered = spans.reduce((s, [a, b]) => s + (b - a), 0);
-    let whole;
-    if (covered < text.trim().length - spans.length) {
-      const acc = new Float64Array(this.dim);
-      addFeatures(acc, text);
-      whole = toFloat32(acc);
-    } else {
-      whole = new Float32Array(this.dim);
-      for (const p of parts) for (let i = 0; i < this.dim; i += 1) whole[i] += p[i];
-    }
+    // the message vector: the sentences' sum plus the words outside them (hashing is additive)
+    const whole = new Float32Array(this.dim);
+    for (const p of parts) for (let i = 0; i < this.dim; i += 1) whole[i] += p[i];
+    const ends = [0, ...spans.map(([, b]) => b)];
+    const starts = [...spans.map(([a]) => a), text.length];
+    const acc = new Float64Array(this.dim);
+    addFeatures(acc, ends.map((e, i) => text.slice(e, starts[i])).join(" "));
+    for (let i = 0; i < this.dim; i += 1) whole[i] += acc[i];
     return { whole: normalise(whole), parts: parts.map(normalise) };
   }
 }

@@ -116,6 +116,14 @@ export function contentWords(text) {
   return new Set(tokens(text).filter((w) => !STOPWORDS.has(w) && (cpLength(w) >= 3 || CJK_RUN.test(w))));
 }
 
+const FILLER_MAX_WORDS = 1; // a sentence with at most this many content words is a pleasantry
+
+/** A pleasantry ("Wow, that's great!", "Thanks!"): at most one content word. Such sentences get
+ * no vector of their own and are left out of quotes. */
+export function isFiller(sentence) {
+  return contentWords(sentence).size <= FILLER_MAX_WORDS;
+}
+
 /** Distinct search terms of a question with weights (names, numbers, codes weigh 2). */
 export function queryTerms(query) {
   const seen = new Map();

@@ -314,6 +314,51 @@ def test_fact_inside_a_long_message_is_quoted_on_its_own(
     assert LONG_MESSAGE not in payload.to_string()
 
 
+CHEERFUL = ("Oh wow! I finally booked the overnight ferry to Santorini for the third of June, "
+            "leaving Piraeus at seven in the evening. The cabin has two bunks and a small window "
+            "facing the sea. Thanks! See you.")
+
+
+def test_pleasantries_get_no_sentence_vector_and_stay_out_of_quotes(
+        engine: Engine, conversation: list[dict[str, Any]]) -> None:
+    sentences = split_sentences(CHEERFUL)
+    assert sentences[0].text == "Oh wow!"
+    assert len(sentences) == 5
+    msgs = [*conversation[:2],
+            {"role": "user", "content": CHEERFUL, "timestamp": conversation[1]["timestamp"]},
+            *conversation[2:]]
+    engine.ingest("s", msgs)
+    rows = engine.sql("SELECT sent_no, start_char, end_char FROM sentence_vectors "
+                      "WHERE turn_no = 2 ORDER BY sent_no").rows()
+    # positions among the message's sentences: 0 ("Oh wow!"), 3 and 4 are pleasantries
+    assert [r[0] for r in rows] == [1, 2]
+    assert [CHEERFUL[a:z] for _, a, z in rows] == [sentences[1].text, sentences[2].text]
+
+    hits = engine.search("s", "When does the ferry to Santorini leave?", k=3)
+    assert hits["turn_no"][0] == 2
+    assert hits["best_sentence"][0] == 1
+    payload = engine.context("s", "When does the ferry to Santorini leave?", max_tokens=400)
+    quotes = [q for n in payload.notes for q in n["quotes"] if q["turn_no"] == 2]
+    assert len(quotes) == 1
+    text = quotes[0]["text"]
+    assert text == f"{sentences[1].text} {sentences[2].text}"
+    assert "wow" not in text
+    assert "Thanks" not in text
+    assert estimate_tokens(text) < estimate_tokens(CHEERFUL)
+
+
+def test_a_message_of_substance_only_is_quoted_whole(engine: Engine,
+                                                     conversation: list[dict[str, Any]]) -> None:
+    plain = CHEERFUL.replace("Oh wow! ", "").replace(" Thanks! See you.", "")
+    msgs = [*conversation[:2],
+            {"role": "user", "content": plain, "timestamp": conversation[1]["timestamp"]},
+            *conversation[2:]]
+    engine.ingest("s", msgs)
+    assert engine.sql("SELECT count(*) FROM sentence_vectors WHERE turn_no = 2").row(0)[0] == 2
+    payload = engine.context("s", "When does the ferry to Santorini leave?", max_tokens=400)
+    assert [q["text"] for n in payload.notes for q in n["quotes"] if q["turn_no"] == 2] == [plain]
+
+
 # -- context --------------------------------------------------------------------------------
 
 

@@ -1,0 +1,68 @@
+"""Database files: new ones are made with cce_duck's block size, older ones open as they are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from cce_duck import Engine
+from cce_duck.dbfile import BLOCK_SIZE
+from cce_duck.embedders.hash import HashEmbedder
+from cce_duck.forget import scrub
+from cce_duck.store import DB_FILE
+from cce_duck.text import split_sentences
+
+
+def _block_size(path: Path) -> int:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        row = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+        assert row is not None
+        return int(row[0])
+    finally:
+        con.close()
+
+
+def test_new_store_uses_small_blocks_and_rewrites_keep_them(
+        data_dir: Path, conversation: list[dict[str, Any]]) -> None:
+    assert BLOCK_SIZE == 64 * 1024 != 256 * 1024  # DuckDB's default
+    with Engine(data_dir=data_dir, embedder="hash") as eng:
+        eng.ingest("s", conversation)
+        scrub(eng.store)  # the rewrite that forgetting does: a new file, same block size
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == len(conversation)
+    assert _block_size(data_dir / DB_FILE) == BLOCK_SIZE
+
+
+def test_a_store_with_default_blocks_opens_and_keeps_them(
+        tmp_path: Path, conversation: list[dict[str, Any]]) -> None:
+    src, old = tmp_path / "src", tmp_path / "old"
+    with Engine(data_dir=src, embedder="hash") as eng:
+        eng.ingest("s", conversation)
+        expected = eng.search("s", "budget", k=5)["turn_no"].to_list()
+    old.mkdir()
+    con = duckdb.connect(str(old / DB_FILE))  # DuckDB's own block size
+    con.execute(f"ATTACH '{src / DB_FILE}' AS src (READ_ONLY)")
+    con.execute(f"COPY FROM DATABASE src TO {(old / DB_FILE).stem}")
+    con.close()
+    for extra in src.iterdir():
+        if extra.name != DB_FILE and extra.is_file():
+            (old / extra.name).write_bytes(extra.read_bytes())
+    assert _block_size(old / DB_FILE) == 256 * 1024
+    with Engine(data_dir=old, embedder="hash") as eng:
+        assert eng.search("s", "budget", k=5)["turn_no"].to_list() == expected
+        eng.add_message("s", "user", "One more message about the budget.")
+    assert _block_size(old / DB_FILE) == 256 * 1024
+
+
+def test_hash_message_vector_is_the_same_with_sentences_left_out() -> None:
+    emb = HashEmbedder()
+    text = "Maria: Oh wow! The ferry leaves Piraeus at seven. The cabin faces the sea. Thanks!"
+    body = len("Maria: ")
+    spans = [(s.start + body, s.end + body) for s in split_sentences(text[body:])][1:3]
+    whole, parts = emb.embed_spans(text, spans)
+    assert parts.shape == (2, 384)
+    np.testing.assert_allclose(whole[0], emb.embed([text])[0], atol=1e-6)
+    np.testing.assert_allclose(parts, emb.embed([text[a:z] for a, z in spans]), atol=1e-6)

@@ -74,12 +74,24 @@ def _one_blas_thread() -> Iterator[None]:
 
 
 def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
-    """A FIXED/LIST int8 vector column as an ``(n, dim)`` int8 matrix (no copy when possible)."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if len(arr) == 0:
+    """A fixed-size int8 vector column as an ``(n, dim)`` int8 matrix: a view of the Arrow
+    buffer when the column is one chunk (the vectors are never null)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = [c.values.slice(c.offset * dim, len(c) * dim).to_numpy(zero_copy_only=False)
+             for c in chunks if len(c)]
+    if not parts:
         return np.empty((0, dim), dtype=np.int8)
-    flat = arr.flatten().to_numpy(zero_copy_only=False)
-    return np.ascontiguousarray(flat.astype(np.int8, copy=False).reshape(len(arr), dim))
+    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return flat.astype(np.int8, copy=False).reshape(-1, dim)
+
+
+def _in_order(major: np.ndarray, minor: np.ndarray | None = None) -> bool:
+    """Rows already ascending by ``major`` (then ``minor``): an unordered scan of rows written in
+    order mostly returns them so, and then no sort is needed."""
+    step = np.diff(major)
+    if minor is None:
+        return bool((step > 0).all())
+    return bool(((step > 0) | ((step == 0) & (np.diff(minor) > 0))).all())
 
 
 @dataclass
@@ -151,9 +163,13 @@ class SessionIndex:
         try:
             turns = store.q("index_turns", {"sid": sid}).to_arrow_table()
             mv = store.q("index_message_vectors", {"sid": sid}).to_arrow_table()
+            notes = {r["note_id"]: r for r in store.q("index_notes", {"sid": sid})
+                     .to_arrow_table().to_pylist()}
+            pins = [t for _, t in sorted(store.q("pin_texts", {"sid": sid}).fetchall())]
         finally:
             sents, post = side.result()  # (also waited for when the reads above fail)
-        turns = turns.take(np.argsort(turns.column("turn_no").to_numpy(), kind="stable"))
+        if not _in_order(turns.column("turn_no").to_numpy()):
+            turns = turns.take(np.argsort(turns.column("turn_no").to_numpy(), kind="stable"))
         mv_turn = mv.column("turn_no").to_numpy().astype(np.int64)
         turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
         if len(mv_turn) != len(turn_no) or not np.isin(turn_no, mv_turn).all():
@@ -168,8 +184,9 @@ class SessionIndex:
         sents = _rows_of(sents, turn_no)
         post = _rows_of(post, turn_no)
         s_turn = sents.column("turn_no").to_numpy().astype(np.int64)
-        s_order = np.lexsort((sents.column("sent_no").to_numpy(), s_turn))
-        sents, s_turn = sents.take(s_order), s_turn[s_order]
+        if not _in_order(s_turn, sents.column("sent_no").to_numpy()):
+            s_order = np.lexsort((sents.column("sent_no").to_numpy(), s_turn))
+            sents, s_turn = sents.take(s_order), s_turn[s_order]
         enc = pc.dictionary_encode(post.column("term")).combine_chunks()
         term_id = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         vocab = enc.dictionary
@@ -193,15 +210,14 @@ class SessionIndex:
             n_terms=turns.column("n_terms").to_numpy().astype(np.float64),
             tokens=tokens,
             note_id=note_id,
-            asks=np.array([c is not None and _ASKS.search(c) is not None for c in content],
-                          dtype=bool),
+            asks=pc.fill_null(pc.match_substring_regex(turns.column("content"), _ASKS.pattern),
+                              False).to_numpy(zero_copy_only=False),
             role=role,
             speaker=speaker,
             content=content,
             micro=turns.column("micro").to_pylist(),
-            notes={r["note_id"]: r for r in store.q("index_notes", {"sid": sid})
-                   .to_arrow_table().to_pylist()},
-            pins=[t for _, t in sorted(store.q("pin_texts", {"sid": sid}).fetchall())],
+            notes=notes,
+            pins=pins,
             uncompressed=uncompressed,
             mvec=mvec,
             s_row=np.searchsorted(turn_no, s_turn),

@@ -118,13 +118,20 @@ _STOP: frozenset[str] = frozenset(_normalise(w) for w in STOPWORDS | OTHER_STOPW
 _QUESTION: frozenset[str] = frozenset(_normalise(w) for w in _QUESTION_WORDS | QUESTION_WORDS)
 
 
+_STEMS: dict[str, str] = {}  # word -> stem: chat repeats its words (bounded, starts over)
+_MAX_STEMS = 50_000
+
+
 def _stem(word: str) -> str:
     """Snowball (Porter 2) stem of an English word; possessives dropped; other scripts kept."""
-    if word.endswith("'s"):
-        word = word[:-2]
-    elif "'" in word:
-        word = word.replace("'", "")
-    return str(_SNOWBALL.stemWord(word)) if word.isascii() else word
+    stem = _STEMS.get(word)
+    if stem is None:
+        bare = word[:-2] if word.endswith("'s") else word.replace("'", "")
+        stem = str(_SNOWBALL.stemWord(bare)) if bare.isascii() else bare
+        if len(_STEMS) >= _MAX_STEMS:
+            _STEMS.clear()
+        _STEMS[word] = stem
+    return stem
 
 
 def _bigrams(run: str) -> list[str]:

@@ -3,6 +3,7 @@ session). Pure functions over message vectors: no model call, no database."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -121,19 +122,22 @@ def meso_summary(turns: Sequence[TopicTurn], vectors: Matrix, max_tokens: int = 
 def label(turns: Sequence[TopicTurn], df: dict[str, int], n_docs: int, n_terms: int = 3) -> str:
     """The topic's most distinctive terms (tf in topic x idf in session), as a short label."""
     tf: Counter[str] = Counter()
-    words: dict[str, Counter[str]] = {}  # term -> the words it stands for, to show the commonest
+    seen: Counter[tuple[str, str]] = Counter()  # (term, word it stands for): show the commonest
     for t in turns:
         pairs = term_words(t.content)
         tf.update({term for term, _ in pairs})
-        for term, word in pairs:
-            words.setdefault(term, Counter())[word] += 1
+        seen.update(pairs)
     if not tf:
         return "(no words)"
     scored = sorted(
         tf.items(),
-        key=lambda kv: (-(kv[1] * np.log(1 + n_docs / (1 + df.get(kv[0], 0)))), kv[0]),
+        key=lambda kv: (-(kv[1] * math.log(1 + n_docs / (1 + df.get(kv[0], 0)))), kv[0]),
     )
-    return ", ".join(words[term].most_common(1)[0][0] for term, _ in scored[:n_terms])
+    top = {term: ("", 0) for term, _ in scored[:n_terms]}
+    for (term, word), n in seen.items():  # first seen wins a tie, as Counter.most_common
+        if term in top and n > top[term][1]:
+            top[term] = (word, n)
+    return ", ".join(word for word, _ in top.values())
 
 
 def macro_summary(labels: Sequence[str], summaries: Sequence[str], max_tokens: int = 240) -> str:

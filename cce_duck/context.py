@@ -98,6 +98,18 @@ class _Budget:
         return True
 
 
+def _index(store: Store, sid: str, cache: IndexCache | None) -> SessionIndex:
+    """The retrieval index of ``sid`` keyed by its (updated_at, next_turn); a cached one that no
+    write can have changed is used without asking the store. Raises :class:`NotFoundError`."""
+    index = cache.current(store, sid) if cache is not None else None
+    if index is None:
+        state = store.q("session_state", {"sid": sid}).fetchone()
+        if state is None:
+            raise NotFoundError(f"unknown session {sid!r}")
+        index = (cache or IndexCache(0)).get(store, sid, (state[1], int(state[0])))
+    return index
+
+
 def build_context(store: Store, config: Config, req: ContextRequest, explain: bool = False,
                   cache: IndexCache | None = None) -> ContextPayload:
     """Assemble the context for ``req`` (see the module docstring for the order).
@@ -107,11 +119,8 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
     """
     sid = req.session_id
     budget = _Budget(req.max_tokens)
-    state = store.q("session_state", {"sid": sid}).fetchone()
-    if state is None:
-        raise NotFoundError(f"unknown session {sid!r}")
-    next_turn, updated_at = int(state[0]), state[1]
-    index = (cache or IndexCache(0)).get(store, sid, (updated_at, next_turn))
+    index = _index(store, sid, cache)
+    next_turn = int(index.key[1])
     first = next_turn - req.last_turns if req.last_turns else None
 
     # The memory block is one system message: its overhead is paid once, when it is used.
@@ -218,12 +227,9 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
     """Search hits with their text, best first (columns of :data:`SEARCH_SCHEMA`), inside the
     optional time/turn ``window``."""
     window = window or Window()
-    state = store.q("session_state", {"sid": sid}).fetchone()
-    if state is None:
-        raise NotFoundError(f"unknown session {sid!r}")
-    index = (cache or IndexCache(0)).get(store, sid, (state[1], int(state[0])))
+    index = _index(store, sid, cache)
     hits = index.retrieve(store.embedder.embed([query], "query")[0], query,
-                          next_turn=int(state[0]), k=k, since=window.since, until=window.until,
+                          next_turn=int(index.key[1]), k=k, since=window.since, until=window.until,
                           last_turns=window.last_turns, recency_weight=config.recency_weight,
                           rrf_k=config.rrf_k)
     if not hits:

@@ -383,6 +383,16 @@ class IndexCache:
         self._generation: dict[str, int] = {}
         self.loads = 0
 
+    def current(self, store: Store, sid: str) -> SessionIndex | None:
+        """The index of ``sid`` when no write committed since it was loaded (a store is the only
+        writer of its file), else ``None``. Its ``key`` is then the session's state as stored,
+        so a context needs no query to check it."""
+        idx = self._items.get(sid)
+        if idx is None or self._generation.get(sid) != store.generation:
+            return None
+        self._items.move_to_end(sid)
+        return idx
+
     def get(self, store: Store, sid: str, key: tuple[Any, ...]) -> SessionIndex:
         """The index of ``sid``, (re)loaded when the session changed since it was built."""
         idx = self._items.get(sid)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cce_duck import Engine
+from cce_duck import Engine, NotFoundError
+from cce_duck.deletion import delete_session
 
 SAMPLE = Path(__file__).resolve().parents[1] / "cce_duck" / "data" / "sample_conversation.json"
 QUESTIONS = [
@@ -172,3 +174,29 @@ def test_index_load_reads_beside_and_drops_rows_of_unread_turns(file_engine: Eng
     kept = _rows_of(table, np.array([1, 2, 3], dtype=np.int64))
     assert kept.column("x").to_pylist() == ["a", "b"]
     assert _rows_of(table, np.array([1, 2, 7])) is table
+
+
+def test_unchanged_session_is_answered_without_asking_the_store(
+        file_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    file_engine.ingest("s", _sample())
+    file_engine.ingest("t", [{"role": "user", "content": "Another session about gardening."}])
+    asked: list[str] = []
+    q = file_engine.store.q
+
+    def counting(name: str, params: Any = None) -> Any:
+        asked.append(name)
+        return q(name, params)
+
+    monkeypatch.setattr(file_engine.store, "q", counting)
+    first = file_engine.context("s", "budget").to_string()
+    assert asked.count("session_state") == 1
+    assert file_engine.context("s", "budget").to_string() == first
+    file_engine.search("s", "budget", k=3)
+    assert asked.count("session_state") == 1  # nothing written since: the cached state holds
+    file_engine.add_message("s", "user", "The zanzibar protocol is our new codename.")
+    assert "zanzibar" in file_engine.context("s", "zanzibar protocol").to_string()
+    assert asked.count("session_state") == 2
+    file_engine.context("t", "gardening")
+    delete_session(file_engine, "t")
+    with pytest.raises(NotFoundError):
+        file_engine.context("t", "gardening")

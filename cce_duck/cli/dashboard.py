@@ -6,9 +6,8 @@ from typing import Annotated
 
 import typer
 
-from cce_duck.cli.common import DataDir, EmbedderOpt, _fail
-from cce_duck.cli.serve import Host, _config, _need_extra, serve_app
-from cce_duck.errors import CCEError
+from cce_duck.cli.common import DataDir, EmbedderOpt
+from cce_duck.cli.serve import Host, serve_app, serve_http
 
 __all__ = ["ui"]
 
@@ -21,13 +20,4 @@ def ui(
     embedder: EmbedderOpt = None,
 ) -> None:
     """Live dashboard at http://HOST:PORT/ui/ (same app, routes and key rules as 'serve rest')."""
-    try:
-        from cce_duck.dashboard import create_dashboard_app
-        from cce_duck.server.run import serve
-    except ImportError as exc:
-        raise _need_extra(exc) from None
-    try:
-        serve("rest", _config(data_dir, embedder), host, port,
-              lambda eng, keys: create_dashboard_app(eng, keys))
-    except CCEError as exc:
-        raise _fail(exc) from None
+    serve_http("rest", "cce_duck.dashboard", "create_dashboard_app", data_dir, embedder, host, port)

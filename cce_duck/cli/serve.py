@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import importlib
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -10,7 +12,7 @@ from cce_duck.cli.common import DataDir, EmbedderOpt, _fail, app
 from cce_duck.config import Config
 from cce_duck.errors import CCEError
 
-__all__ = ["serve_app"]
+__all__ = ["serve_app", "serve_http"]
 
 serve_app = typer.Typer(help="Run a server over the data folder (needs the 'server' extra).",
                         no_args_is_help=True)
@@ -28,6 +30,23 @@ def _need_extra(exc: ImportError) -> typer.Exit:
     return _fail(RuntimeError(f"{exc.name or exc} is missing: pip install 'cce_duck[server]'"))
 
 
+def serve_http(kind: str, module: str, factory: str, data_dir: DataDir, embedder: str | None,
+               host: str, port: int, *, bind: Callable[[Any], Any] = lambda create: create) -> None:
+    """Serve the app that ``module.factory(engine, keys)`` makes (``bind`` adapts a factory
+    that needs more arguments) until stopped. A missing 'server' extra and store errors end the
+    command with a clear message."""
+    try:
+        from cce_duck.server.run import serve
+
+        create = getattr(importlib.import_module(module), factory)
+    except ImportError as exc:
+        raise _need_extra(exc) from None
+    try:
+        serve(kind, _config(data_dir, embedder), host, port, bind(create))
+    except CCEError as exc:
+        raise _fail(exc) from None
+
+
 @serve_app.command("rest")
 def rest(
     host: Host = "127.0.0.1",
@@ -36,15 +55,7 @@ def rest(
     embedder: EmbedderOpt = None,
 ) -> None:
     """REST API (FastAPI) with OpenAPI docs at /docs; keys from CCE_API_KEY / CCE_API_KEYS."""
-    try:
-        from cce_duck.server.rest import create_app
-        from cce_duck.server.run import serve
-    except ImportError as exc:
-        raise _need_extra(exc) from None
-    try:
-        serve("rest", _config(data_dir, embedder), host, port, lambda eng, keys: create_app(eng, keys))
-    except CCEError as exc:
-        raise _fail(exc) from None
+    serve_http("rest", "cce_duck.server.rest", "create_app", data_dir, embedder, host, port)
 
 
 @serve_app.command("proxy")
@@ -59,16 +70,9 @@ def proxy(
     embedder: EmbedderOpt = None,
 ) -> None:
     """OpenAI-compatible proxy that trims long chats on the way to --upstream."""
-    try:
-        from cce_duck.server.proxy import create_proxy
-        from cce_duck.server.run import serve
-    except ImportError as exc:
-        raise _need_extra(exc) from None
-    try:
-        serve("proxy", _config(data_dir, embedder), host, port,
-              lambda eng, keys: create_proxy(eng, upstream, keys, max_tokens=max_tokens))
-    except CCEError as exc:
-        raise _fail(exc) from None
+    serve_http("proxy", "cce_duck.server.proxy", "create_proxy", data_dir, embedder, host, port,
+               bind=lambda create: lambda eng, keys: create(eng, upstream, keys,
+                                                            max_tokens=max_tokens))
 
 
 @serve_app.command("mcp")

@@ -282,6 +282,27 @@ def test_search_ranks_a_unique_fact_first(engine: Engine,
     assert engine.search("s", "ZEBRA-4471", k=3)["turn_no"][0] == 6
 
 
+def _ingest_with_third_turn(engine: Engine, conversation: list[dict[str, Any]], role: str,
+                           content: str) -> None:
+    """The conversation with ``content`` said as turn 2."""
+    engine.ingest("s", [*conversation[:2],
+                        {"role": role, "content": content, "timestamp": conversation[1]["timestamp"]},
+                        *conversation[2:]])
+
+
+def _turn_2_in_context(engine: Engine, question: str) -> tuple[pl.DataFrame, list[str], str]:
+    """Search hits for ``question``, the quotes of turn 2 in its context, the context text."""
+    hits = engine.search("s", question, k=3)
+    payload = engine.context("s", question, max_tokens=400)
+    quotes = [q["text"] for n in payload.notes for q in n["quotes"] if q["turn_no"] == 2]
+    return hits, quotes, payload.to_string()
+
+
+def _sentence_rows(engine: Engine) -> list[tuple[Any, ...]]:
+    return engine.sql("SELECT sent_no, start_char, end_char FROM sentence_vectors "
+                      "WHERE turn_no = 2 ORDER BY sent_no").rows()
+
+
 def test_fact_inside_a_long_message_is_quoted_on_its_own(
         engine: Engine, conversation: list[dict[str, Any]]) -> None:
     sentences = split_sentences(LONG_MESSAGE)
@@ -289,34 +310,27 @@ def test_fact_inside_a_long_message_is_quoted_on_its_own(
     assert estimate_tokens(LONG_MESSAGE) >= 24
     fact = sentences[2].text
     assert "03:15" in fact
-    msgs = [*conversation[:2],
-            {"role": "assistant", "content": LONG_MESSAGE,
-             "timestamp": conversation[1]["timestamp"]},
-            *conversation[2:]]
-    engine.ingest("s", msgs)
+    _ingest_with_third_turn(engine, conversation, "assistant", LONG_MESSAGE)
     assert engine.turns("s").filter(pl.col("turn_no") == 2)["state"][0] == "compressed"
-    n_sent = engine.sql("SELECT count(*) FROM sentence_vectors WHERE turn_no = 2").row(0)[0]
-    assert n_sent == len(sentences)
+    assert len(_sentence_rows(engine)) == len(sentences)
 
-    hits = engine.search("s", "when does the staging server backup run?", k=3)
+    hits, quotes, text_sent = _turn_2_in_context(engine, "when does the staging server backup run?")
     assert hits["turn_no"][0] == 2
     assert hits["best_sentence"][0] == 2
-
-    payload = engine.context("s", "when does the staging server backup run?", max_tokens=400)
-    quotes = [q for n in payload.notes for q in n["quotes"] if q["turn_no"] == 2]
     assert len(quotes) == 1
-    text = quotes[0]["text"]
+    text = quotes[0]
     assert fact in text
     assert text != LONG_MESSAGE
     assert sentences[0].text not in text
     assert len(text) < len(LONG_MESSAGE) / 2
-    assert fact in payload.to_string()
-    assert LONG_MESSAGE not in payload.to_string()
+    assert fact in text_sent
+    assert LONG_MESSAGE not in text_sent
 
 
 CHEERFUL = ("Oh wow! I finally booked the overnight ferry to Santorini for the third of June, "
             "leaving Piraeus at seven in the evening. The cabin has two bunks and a small window "
             "facing the sea. Thanks! See you.")
+FERRY = "When does the ferry to Santorini leave?"
 
 
 def test_pleasantries_get_no_sentence_vector_and_stay_out_of_quotes(
@@ -324,39 +338,25 @@ def test_pleasantries_get_no_sentence_vector_and_stay_out_of_quotes(
     sentences = split_sentences(CHEERFUL)
     assert sentences[0].text == "Oh wow!"
     assert len(sentences) == 5
-    msgs = [*conversation[:2],
-            {"role": "user", "content": CHEERFUL, "timestamp": conversation[1]["timestamp"]},
-            *conversation[2:]]
-    engine.ingest("s", msgs)
-    rows = engine.sql("SELECT sent_no, start_char, end_char FROM sentence_vectors "
-                      "WHERE turn_no = 2 ORDER BY sent_no").rows()
+    _ingest_with_third_turn(engine, conversation, "user", CHEERFUL)
+    rows = _sentence_rows(engine)
     # positions among the message's sentences: 0 ("Oh wow!"), 3 and 4 are pleasantries
     assert [r[0] for r in rows] == [1, 2]
     assert [CHEERFUL[a:z] for _, a, z in rows] == [sentences[1].text, sentences[2].text]
 
-    hits = engine.search("s", "When does the ferry to Santorini leave?", k=3)
+    hits, quotes, _ = _turn_2_in_context(engine, FERRY)
     assert hits["turn_no"][0] == 2
     assert hits["best_sentence"][0] == 1
-    payload = engine.context("s", "When does the ferry to Santorini leave?", max_tokens=400)
-    quotes = [q for n in payload.notes for q in n["quotes"] if q["turn_no"] == 2]
-    assert len(quotes) == 1
-    text = quotes[0]["text"]
-    assert text == f"{sentences[1].text} {sentences[2].text}"
-    assert "wow" not in text
-    assert "Thanks" not in text
-    assert estimate_tokens(text) < estimate_tokens(CHEERFUL)
+    assert quotes == [f"{sentences[1].text} {sentences[2].text}"]
+    assert estimate_tokens(quotes[0]) < estimate_tokens(CHEERFUL)
 
 
 def test_a_message_of_substance_only_is_quoted_whole(engine: Engine,
                                                      conversation: list[dict[str, Any]]) -> None:
     plain = CHEERFUL.replace("Oh wow! ", "").replace(" Thanks! See you.", "")
-    msgs = [*conversation[:2],
-            {"role": "user", "content": plain, "timestamp": conversation[1]["timestamp"]},
-            *conversation[2:]]
-    engine.ingest("s", msgs)
-    assert engine.sql("SELECT count(*) FROM sentence_vectors WHERE turn_no = 2").row(0)[0] == 2
-    payload = engine.context("s", "When does the ferry to Santorini leave?", max_tokens=400)
-    assert [q["text"] for n in payload.notes for q in n["quotes"] if q["turn_no"] == 2] == [plain]
+    _ingest_with_third_turn(engine, conversation, "user", plain)
+    assert [r[0] for r in _sentence_rows(engine)] == [0, 1]
+    assert _turn_2_in_context(engine, FERRY)[1] == [plain]
 
 
 # -- context --------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ _ENV: dict[str, str] = {
     "warm_tier_max_chunks": "CCE_WARM_TIER_MAX_CHUNKS",
     "index_cache_mb": "CCE_INDEX_CACHE_MB",
     "duckdb_memory_mb": "CCE_DUCKDB_MEMORY_MB",
+    "tune_allocator": "CCE_TUNE_ALLOCATOR",
     "summariser": "CCE_SUMMARISER",
     "summariser_model": "CCE_SUMMARISER_MODEL",
     "summariser_backend": "CCE_SUMMARISER_BACKEND",
@@ -74,6 +75,10 @@ class Config:
             sessions (int8 vectors and postings); least recently used sessions are dropped.
         duckdb_memory_mb: DuckDB's buffer pool limit. The database file is the source of
             truth; a small pool keeps resident memory flat as memory grows.
+        tune_allocator: Have the C allocator (glibc) map blocks of 64 KB and more on their own
+            and keep at most two heaps, so that memory freed by DuckDB, Arrow and NumPy goes
+            back to the system instead of fragmenting the heap (see :mod:`cce_duck.memory`).
+            Process-wide; turn it off when the host application tunes malloc itself.
         summariser: How topic notes (and the summary of a closed session) are summarised:
             ``extractive`` (default: the topic's most central message lines, no model) or
             ``llm`` (one model call per note through :class:`cce_duck.llm.LLM` and the store's
@@ -111,6 +116,7 @@ class Config:
     warm_tier_max_chunks: int | None = None
     index_cache_mb: int = 64
     duckdb_memory_mb: int = 32
+    tune_allocator: bool = True
     summariser: str = "extractive"
     summariser_model: str | None = None
     summariser_backend: Any = None

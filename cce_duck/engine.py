@@ -16,6 +16,7 @@ from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache
 from cce_duck.management import ManagementMixin
+from cce_duck.memory import tune_allocator
 from cce_duck.messages import parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
 from cce_duck.store import Store
@@ -55,6 +56,8 @@ class Engine(ManagementMixin):
         self.config = config
         if config.summariser == "llm" and not read_only:
             model_of(config)  # a missing model id is refused before the folder is touched
+        if config.tune_allocator:
+            tune_allocator()
         self.store = Store(config.data_dir, config.embedder, read_only=read_only,
                            encryption_key=config.encryption_key,
                            memory_mb=config.duckdb_memory_mb)

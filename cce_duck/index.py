@@ -85,6 +85,20 @@ def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
     return flat.astype(np.int8, copy=False).reshape(-1, dim)
 
 
+_SCRATCH_BYTES = 48 * 1024  # under the allocator's mmap threshold (cce_duck.memory)
+
+
+def _products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``mat @ q`` for an int8 matrix, a few rows at a time: each block's float32 copy stays
+    small enough to be reused from the heap. One float32 copy of the whole matrix (MBs) would be
+    mapped and faulted in afresh by every query: 4-6 ms instead of 0.3 ms for 3,600 vectors."""
+    out = np.empty(len(mat), dtype=np.float32)
+    rows = max(1, _SCRATCH_BYTES // (4 * max(mat.shape[1], 1)))
+    for i in range(0, len(mat), rows):
+        np.dot(mat[i : i + rows], q, out=out[i : i + rows])
+    return out
+
+
 def _in_order(major: np.ndarray, minor: np.ndarray | None = None) -> bool:
     """Rows already ascending by ``major`` (then ``minor``): an unordered scan of rows written in
     order mostly returns them so, and then no sort is needed."""
@@ -175,11 +189,14 @@ class SessionIndex:
         if len(mv_turn) != len(turn_no) or not np.isin(turn_no, mv_turn).all():
             turns = turns.filter(pa.array(np.isin(turn_no, mv_turn)))  # vectorless rows: skip
             turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
-        mvec = np.zeros((len(turn_no), dim), dtype=np.int8)
-        at = np.searchsorted(turn_no, mv_turn)
-        found = (at < len(turn_no)) & (turn_no[np.minimum(at, len(turn_no) - 1)] == mv_turn) \
-            if len(turn_no) else np.zeros(len(mv_turn), dtype=bool)
-        mvec[at[found]] = _int8_matrix(mv.column("vector"), dim)[found]
+        if np.array_equal(mv_turn, turn_no):  # the usual case: same rows, same order
+            mvec = _int8_matrix(mv.column("vector"), dim)
+        else:
+            mvec = np.zeros((len(turn_no), dim), dtype=np.int8)
+            at = np.searchsorted(turn_no, mv_turn)
+            found = (at < len(turn_no)) & (turn_no[np.minimum(at, len(turn_no) - 1)] == mv_turn) \
+                if len(turn_no) else np.zeros(len(mv_turn), dtype=bool)
+            mvec[at[found]] = _int8_matrix(mv.column("vector"), dim)[found]
         # a write between the reads may have added rows of turns not read: leave them out
         sents = _rows_of(sents, turn_no)
         post = _rows_of(post, turn_no)
@@ -275,10 +292,10 @@ class SessionIndex:
                   before_turn: int | None, recency_weight: float, rrf_k: int,
                   replies: bool) -> list[Hit]:
         n = len(self.turn_no)
-        dense = (self.mvec.astype(np.float32) @ q).astype(np.float64) / 127.0
+        dense = _products(self.mvec, q).astype(np.float64) / 127.0
         best_sentence = np.full(n, -1, dtype=np.int64)
         if len(self.s_row):
-            s_score = (self.svec.astype(np.float32) @ q).astype(np.float64) / 127.0
+            s_score = _products(self.svec, q).astype(np.float64) / 127.0
             sd = np.full(n, -np.inf)
             np.maximum.at(sd, self.s_row, s_score)
             top = s_score >= sd[self.s_row]

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from cce_duck import corrections, export, forget, pins, warm
 from cce_duck.derived import now
+from cce_duck.errors import CCEError
 from cce_duck.payload import ContextPayload
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ CALLS_BATCH = 64
 
 
 class ManagementMixin:
-    """Pins, corrections, forgetting, export/import (mixed into ``Engine``)."""
+    """Pins, corrections, forgetting, compaction, export/import (mixed into ``Engine``)."""
 
     store: Store
     writer: Writer
@@ -38,6 +39,10 @@ class ManagementMixin:
     if TYPE_CHECKING:
         def _existing(self, session_id: str) -> str:
             """A validated, stored session id (defined by ``Engine``)."""
+            ...
+
+        def flush(self) -> None:
+            """Store what is journaled (defined by ``Engine``)."""
             ...
 
     # -- context bookkeeping (for stats) ------------------------------------
@@ -123,6 +128,19 @@ class ManagementMixin:
         finally:
             self.writer.forget_stats(sid)
 
+    def compact(self) -> dict[str, int]:
+        """Rewrite the database file without the blocks that checkpoints freed (DuckDB reuses
+        them but never shrinks the file; a folder ingested in bulk can hold nearly as many free
+        blocks as used ones). Stores what is journaled first; contents are unchanged. Returns
+        the file's bytes (with its write-ahead log) before and after; an in-memory store has
+        no file (0 and 0). Raises :class:`CCEError` on a read-only store."""
+        if self.store.read_only:
+            raise CCEError("this store is open read-only; open it without read_only to compact")
+        self.flush()
+        before = _file_bytes(self.store)
+        forget.scrub(self.store)
+        return {"bytes_before": before, "bytes_after": _file_bytes(self.store)}
+
     # -- export / import ----------------------------------------------------
 
     def export_session(self, session_id: str, path: str | os.PathLike[str], *,
@@ -159,3 +177,11 @@ class ManagementMixin:
             return
         for sid in sorted(sessions):
             warm.enforce_cap(self.store, self.config, sid)
+
+
+def _file_bytes(store: Store) -> int:
+    """Bytes of the store's database file and its write-ahead log (0 in memory)."""
+    if store.data_dir is None:
+        return 0
+    path = Path(store.path)
+    return sum(p.stat().st_size for p in (path, path.with_name(path.name + ".wal")) if p.exists())

@@ -144,3 +144,15 @@ def test_sql_one_shot_formats(folder: Path, tmp_path: Path) -> None:
     result = cce("sql", "DELETE FROM pins", *d)
     assert result.exit_code == 2
     assert cce("sql", "DELETE FROM pins", "--write", *d).exit_code == 0
+
+
+def test_compact_rewrites_the_file_and_reports_its_size(folder: Path) -> None:
+    result = cce("compact", "--data-dir", str(folder), "--json")
+    assert result.exit_code == 0, result.output
+    sizes = json.loads(result.stdout)
+    assert set(sizes) == {"bytes_before", "bytes_after"}
+    assert 0 < sizes["bytes_after"] <= sizes["bytes_before"]
+    listed = cce("inspect", "s1", "--data-dir", str(folder), "--json")
+    assert listed.exit_code == 0, listed.output
+    missing = cce("compact", "--data-dir", str(folder.parent / "nowhere"))
+    assert missing.exit_code != 0

@@ -10,7 +10,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from cce_duck import Engine
+from cce_duck import CCEError, Engine
 from cce_duck.dbfile import BLOCK_SIZE
 from cce_duck.embedders.hash import HashEmbedder
 from cce_duck.forget import scrub
@@ -86,3 +86,38 @@ def test_allocator_tuning_is_on_by_default_and_can_be_turned_off(
     assert Config.from_env().tune_allocator is False
     Engine(Config.from_env(data_dir=None, embedder="hash")).close()
     assert calls == [1]
+
+
+def _free_blocks(path: Path) -> int:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        row = con.execute("SELECT free_blocks FROM pragma_database_size()").fetchone()
+        assert row is not None
+        return int(row[0])
+    finally:
+        con.close()
+
+
+def test_compact_drops_free_blocks_and_keeps_contents(
+        data_dir: Path, conversation: list[dict[str, Any]]) -> None:
+    for i in range(4):  # each close checkpoints: rewritten row groups leave their old blocks free
+        with Engine(data_dir=data_dir, embedder="hash") as eng:
+            eng.ingest(f"s{i}", conversation)
+            eng.ingest("s0", [{"role": "user", "content": f"Round {i}: the budget moved again."}])
+    path = data_dir / DB_FILE
+    assert _free_blocks(path) > 0
+    with Engine(data_dir=data_dir, embedder="hash") as eng:
+        before = {sid: eng.search(sid, "budget", k=5).rows() for sid in ("s0", "s3")}
+        turns = eng.sql("SELECT count(*) AS n FROM turns")["n"][0]
+        sizes = eng.compact()
+        assert sizes["bytes_after"] < sizes["bytes_before"]
+        assert eng.sql("SELECT free_blocks FROM pragma_database_size()")["free_blocks"][0] == 0
+        assert {sid: eng.search(sid, "budget", k=5).rows() for sid in ("s0", "s3")} == before
+        eng.add_message("s1", "user", "Written after the rewrite.")
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == turns + 1
+    assert _block_size(path) == BLOCK_SIZE
+    with Engine(data_dir=data_dir, embedder="hash", read_only=True) as ro, \
+            pytest.raises(CCEError, match="read-only"):
+        ro.compact()
+    with Engine(data_dir=None, embedder="hash") as mem:
+        assert mem.compact() == {"bytes_before": 0, "bytes_after": 0}

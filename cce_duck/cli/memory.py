@@ -1,18 +1,22 @@
-"""``cce inspect``, ``cce pin`` / ``pins`` / ``unpin`` and ``cce forget``: look at and manage memory."""
+"""``cce inspect``, ``cce pin`` / ``pins`` / ``unpin``, ``cce forget`` and ``cce compact``: look at and
+manage memory."""
 
 from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from cce_duck.cli.common import DataDir, JsonOpt, _engine, _fail, app
 from cce_duck.cli.output import Format, console, print_frame, print_json
+from cce_duck.config import Config
 from cce_duck.errors import CCEError
+from cce_duck.store import DB_FILE
 
-__all__ = ["forget", "inspect", "pin", "pins", "unpin"]
+__all__ = ["compact", "forget", "inspect", "pin", "pins", "unpin"]
 
 Session = Annotated[str, typer.Argument(help="Session id.")]
 
@@ -141,3 +145,20 @@ def forget(
         print_json(deleted)
     else:
         console.print("forgot " + ", ".join(f"{v} {k}" for k, v in deleted.items() if v))
+
+
+@app.command()
+def compact(as_json: JsonOpt = False, data_dir: DataDir = None) -> None:
+    """Rewrite the database file without the free blocks checkpoints left (contents unchanged)."""
+    folder = data_dir if data_dir is not None else Config.from_env().data_dir
+    if folder is None or not (Path(folder) / DB_FILE).exists():
+        raise _fail(CCEError(f"no cce_duck store in {folder} (nothing to compact)"))
+    try:
+        with _engine(data_dir) as eng:
+            sizes = eng.compact()
+    except CCEError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        print_json(sizes)
+    else:
+        console.print(f"database file: {sizes['bytes_before']:,} -> {sizes['bytes_after']:,} bytes")

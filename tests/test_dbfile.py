@@ -18,14 +18,19 @@ from cce_duck.store import DB_FILE
 from cce_duck.text import split_sentences
 
 
-def _block_size(path: Path) -> int:
+def _database_size(path: Path, column: str) -> int:
+    """A figure of ``pragma_database_size`` (block_size, free_blocks, ...) of a closed file."""
     con = duckdb.connect(str(path), read_only=True)
     try:
-        row = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+        row = con.execute(f"SELECT {column} FROM pragma_database_size()").fetchone()
         assert row is not None
         return int(row[0])
     finally:
         con.close()
+
+
+def _block_size(path: Path) -> int:
+    return _database_size(path, "block_size")
 
 
 def test_new_store_uses_small_blocks_and_rewrites_keep_them(
@@ -89,13 +94,7 @@ def test_allocator_tuning_is_on_by_default_and_can_be_turned_off(
 
 
 def _free_blocks(path: Path) -> int:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        row = con.execute("SELECT free_blocks FROM pragma_database_size()").fetchone()
-        assert row is not None
-        return int(row[0])
-    finally:
-        con.close()
+    return _database_size(path, "free_blocks")
 
 
 def test_compact_drops_free_blocks_and_keeps_contents(

@@ -16,7 +16,7 @@ from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.index import IndexCache, SessionIndex
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
-from cce_duck.text import estimate_tokens
+from cce_duck.text import estimate_tokens, outside_spans
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
@@ -305,7 +305,7 @@ def _quote_text(row: dict[str, Any], hit: dict[str, Any], index: SessionIndex) -
             return text, estimate_tokens(text)
     spans = index.sentence_spans(hit["row"])
     if spans and _leaves_out_words(content, spans):
-        # pleasantries ("Wow, that's great!") have no sentence row: quote the substance only
+        # pleasantries ("Oh wow!", "Thanks!") have no sentence row: quote the substance only
         text = clip(" ".join(content[a:z] for a, z in spans), QUOTE_MAX_TOKENS)
         return text, estimate_tokens(text)
     if row["tokens"] <= QUOTE_MAX_TOKENS:
@@ -316,9 +316,7 @@ def _quote_text(row: dict[str, Any], hit: dict[str, Any], index: SessionIndex) -
 
 def _leaves_out_words(content: str, spans: list[tuple[int, int]]) -> bool:
     """Some word of ``content`` lies outside the (ordered) sentence ``spans``."""
-    ends = [0, *(z for _, z in spans)]
-    starts = [*(a for a, _ in spans), len(content)]
-    return any(_WORD_CHAR.search(content, e, a) for e, a in zip(ends, starts, strict=True))
+    return any(_WORD_CHAR.search(piece) for piece in outside_spans(content, spans))
 
 
 def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, Any]],

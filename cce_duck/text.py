@@ -24,6 +24,7 @@ __all__ = [
     "content_words",
     "estimate_tokens",
     "is_filler",
+    "outside_spans",
     "query_terms",
     "split_sentences",
     "term_words",
@@ -235,9 +236,16 @@ FILLER_MAX_WORDS = 1  # a sentence with at most this many content words is a ple
 
 
 def is_filler(sentence: str) -> bool:
-    """A pleasantry ("Wow, that's great!", "Thanks!"): at most one content word. Such sentences
+    """A pleasantry ("Oh wow!", "Thanks!", "See you."): at most one content word. Such sentences
     get no vector of their own and are left out of quotes."""
     return len(content_words(sentence)) <= FILLER_MAX_WORDS
+
+
+def outside_spans(text: str, spans: list[tuple[int, int]]) -> list[str]:
+    """The pieces of ``text`` before, between and after the (ordered) character ``spans``."""
+    ends = [0, *(z for _, z in spans)]
+    starts = [*(a for a, _ in spans), len(text)]
+    return [text[e:a] for e, a in zip(ends, starts, strict=True)]
 
 
 def estimate_tokens(text: str) -> int:

@@ -85,7 +85,7 @@ def analyse_text(emb: CachedEmbedder, config: Config, text: str, speaker: str | 
     words = [w for _, ws in per_sentence for w in ws] + (list(cached_terms(speaker)) if speaker
                                                           else [])
     tokens = estimate_tokens(text)
-    # A long message's sentences get vectors of their own, pleasantries ("Wow, that's great!")
+    # A long message's sentences get vectors of their own, pleasantries ("Oh wow!", "Thanks!")
     # excepted: they answer no question, and a quote leaves them out.
     kept = ([(no, s) for no, s in enumerate(sentences) if not is_filler(s.text)]
             if len(sentences) > 1 and tokens >= config.sentence_min_tokens else [])

@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 
 from cce_duck.embedders.base import Kind, Matrix
-from cce_duck.text import _tokens
+from cce_duck.text import _tokens, outside_spans
 
 __all__ = ["HashEmbedder"]
 
@@ -44,9 +44,7 @@ class HashEmbedder:
         for row, (a, b) in enumerate(spans):
             self._add(parts[row], text[a:b])
         whole = parts.sum(axis=0, keepdims=True)
-        ends = [0, *(b for _, b in spans)]
-        starts = [*(a for a, _ in spans), len(text)]
-        self._add(whole[0], " ".join(text[e:a] for e, a in zip(ends, starts, strict=True)))
+        self._add(whole[0], " ".join(outside_spans(text, spans)))
         return _normalise(whole), _normalise(parts)
 
     def _add(self, vec: Matrix, text: str) -> None:

@@ -1,6 +1,6 @@
 // The context builder, ported from cce_duck/context.py: pins, recent and pending turns, then
 // retrieved notes with verbatim quotes, under a hard token cap.
-import { estimateTokens } from "./text.js";
+import { estimateTokens, outsideSpans } from "./text.js";
 import { clip } from "./topics.js";
 
 export const MESSAGE_OVERHEAD = 4;
@@ -223,9 +223,7 @@ export function rerank(hits, query, speakers) {
 
 /** Some word of `content` lies outside the (ordered) sentence `spans`. */
 function leavesOutWords(content, spans) {
-  const ends = [0, ...spans.map((x) => x.end)];
-  const starts = [...spans.map((x) => x.start), content.length];
-  return ends.some((e, i) => WORD_CHAR.test(content.slice(e, starts[i])));
+  return outsideSpans(content, spans.map((x) => [x.start, x.end])).some((p) => WORD_CHAR.test(p));
 }
 
 /** The part of a turn worth quoting (its best sentence, and the next one when short) and its
@@ -244,7 +242,7 @@ function quoteText(turn, best) {
   }
   const spans = turn.sents;
   if (spans.length && leavesOutWords(content, spans)) {
-    // pleasantries ("Wow, that's great!") have no sentence vector: quote the substance only
+    // pleasantries ("Oh wow!", "Thanks!") have no sentence vector: quote the substance only
     const text = clip(spans.map((x) => content.slice(x.start, x.end)).join(" "), QUOTE_MAX_TOKENS);
     return [text, estimateTokens(text)];
   }

@@ -1,7 +1,7 @@
 // The `hash` embedder of cce_duck (cce_duck/embedders/hash.py): signed feature hashing of words
 // (weight 1) and of the byte trigrams of `#word#` (weight 0.5) with crc32, L2-normalised.
 // Same text, same vector as the Python engine's `hash` embedder (up to float rounding).
-import { tokens } from "./text.js";
+import { outsideSpans, tokens } from "./text.js";
 
 const TABLE = (() => {
   const t = new Uint32Array(256);
@@ -77,10 +77,8 @@ export class HashEmbedder {
     // the message vector: the sentences' sum plus the words outside them (hashing is additive)
     const whole = new Float32Array(this.dim);
     for (const p of parts) for (let i = 0; i < this.dim; i += 1) whole[i] += p[i];
-    const ends = [0, ...spans.map(([, b]) => b)];
-    const starts = [...spans.map(([a]) => a), text.length];
     const acc = new Float64Array(this.dim);
-    addFeatures(acc, ends.map((e, i) => text.slice(e, starts[i])).join(" "));
+    addFeatures(acc, outsideSpans(text, spans).join(" "));
     for (let i = 0; i < this.dim; i += 1) whole[i] += acc[i];
     return { whole: normalise(whole), parts: parts.map(normalise) };
   }

@@ -118,10 +118,17 @@ export function contentWords(text) {
 
 const FILLER_MAX_WORDS = 1; // a sentence with at most this many content words is a pleasantry
 
-/** A pleasantry ("Wow, that's great!", "Thanks!"): at most one content word. Such sentences get
- * no vector of their own and are left out of quotes. */
+/** A pleasantry ("Oh wow!", "Thanks!", "See you."): at most one content word. Such sentences
+ * get no vector of their own and are left out of quotes. */
 export function isFiller(sentence) {
   return contentWords(sentence).size <= FILLER_MAX_WORDS;
+}
+
+/** The pieces of `text` before, between and after the (ordered) `[start, end]` spans. */
+export function outsideSpans(text, spans) {
+  const ends = [0, ...spans.map(([, b]) => b)];
+  const starts = [...spans.map(([a]) => a), text.length];
+  return ends.map((e, i) => text.slice(e, starts[i]));
 }
 
 /** Distinct search terms of a question with weights (names, numbers, codes weigh 2). */

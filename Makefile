@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TEST := $(VENV)/.test-installed
 E2E := $(VENV)/.e2e-installed
 
-.PHONY: demo test test-all test-fast test-e2e test-js lint bench setup
+.PHONY: demo test test-all test-fast test-e2e test-js lint bench setup docs
 
 $(BIN)/cce: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ test-js: $(TEST)
 lint: $(TEST)
 	$(BIN)/ruff check cce_duck udfs tests benchmarks
 	$(BIN)/mypy
+
+## Regenerate the reference pages docs/cli.md and docs/sql.md from the code (a test checks them).
+docs: $(TEST)
+	$(BIN)/cog -I docs -r docs/cli.md docs/sql.md
 
 bench: $(TEST)
 	$(BIN)/python benchmarks/speed.py --json benchmarks/results/speed.json

@@ -22,7 +22,6 @@ from cce_duck.cli.common import (
     app,
 )
 from cce_duck.cli.output import err_console, plural, print_json, say
-from cce_duck.deletion import delete_session
 from cce_duck.messages import ROLES, TRANSCRIPT_PREFIXES
 
 __all__ = ["add", "delete", "ingest"]
@@ -122,7 +121,7 @@ def delete(
                 raise _fail(ValueError("nothing deleted: confirm with --yes"))
             if not typer.confirm("Delete this session?", default=False):
                 raise _fail(ValueError("nothing deleted"))
-        removed = delete_session(eng, session)
+        removed = eng.delete_session(session)
     if as_json:
         print_json({"session_id": session, "deleted": removed})
     else:

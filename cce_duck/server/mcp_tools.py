@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
-import polars as pl
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ConfigDict, Field
@@ -167,12 +166,10 @@ def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
         Without confirm=true nothing is removed: the tool fails and lists what would be.
         """
         turns = None if start is None and end is None else (start, end)
+        deleted = eng.call(e.forget, session_id, note_id=note_id, turns=turns, dry_run=not confirm)
         if not confirm:
-            plan = eng.call(e.forget_plan, session_id, note_id=note_id, turns=turns)
-            counts = plan.group_by("kind").agg(pl.col("rows").sum()).sort("kind").rows()
-            what = ", ".join(f"{n} {k}" for k, n in counts) or "nothing"
+            what = ", ".join(f"{n} {k}" for k, n in deleted.items() if n and k != "vectors") or "nothing"
             raise ToolError(f"nothing forgotten: call again with confirm=true to remove {what}")
-        deleted = eng.call(e.forget, session_id, note_id=note_id, turns=turns)
         return {"session_id": session_id, "deleted": deleted}
 
     @server.tool()

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.security import APIKeyHeader, HTTPBearer
 
-from cce_duck import __version__, deletion, pipeline
+from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
 from cce_duck.engine import Engine
 from cce_duck.messages import validate_session_id
@@ -112,7 +112,7 @@ def close(sid: Sid, g: G) -> dict[str, Any]:
 @router.delete("/sessions/{session_id}", tags=["sessions"])
 def delete_session(sid: Sid, g: G) -> dict[str, Any]:
     """Delete a session with everything stored about it (the file is rewritten without it)."""
-    return {"session_id": sid, "deleted": g.call(deletion.delete_session, g.engine, sid)}
+    return {"session_id": sid, "deleted": g.call(g.engine.delete_session, sid)}
 
 
 @router.post("/admin/sql", tags=["admin"])

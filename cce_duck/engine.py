@@ -256,6 +256,13 @@ class Engine(ManagementMixin):
         return self.store.con.execute("SELECT * FROM cce_overview(?)",
                                       [self._existing(session_id)]).pl()
 
+    def outline(self, session_id: str) -> dict[str, Any]:
+        """A session's topics in conversation order (``start_turn, end_turn, label, summary``)
+        and its cold-tier summary (``None`` while the session is open)."""
+        sid = self._existing(session_id)
+        topics = self.overview(sid).select("start_turn", "end_turn", "label", "summary")
+        return {"session_id": sid, "summary": self.summary(sid), "topics": topics.to_dicts()}
+
     def stats(self, session_id: str | None = None) -> pl.DataFrame:
         """Sizes, tier occupancy and token savings per session (the ``cce_stats`` macro)."""
         if not self.store.read_only:

@@ -73,3 +73,16 @@ def test_forget_dry_run_counts_what_forget_removes(engine: Engine) -> None:
     assert engine.forget("s", turns=(8, 11)) == planned
     with pytest.raises(ValidationError):
         engine.forget("s", turns=(9, 2), dry_run=True)
+
+
+def test_outline_gives_topics_then_the_summary(engine: Engine) -> None:
+    engine.ingest("s", topic_messages())
+    out = engine.outline("s")
+    assert out["summary"] is None
+    assert [t["start_turn"] for t in out["topics"]] == sorted(t["start_turn"] for t in out["topics"])
+    assert len(out["topics"]) >= 4
+    assert set(out["topics"][0]) == {"start_turn", "end_turn", "label", "summary"}
+    summary = engine.close_session("s")
+    assert engine.outline("s")["summary"] == summary
+    with pytest.raises(NotFoundError):
+        engine.outline("nobody")

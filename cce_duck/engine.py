@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import atexit
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import polars as pl
 
+from cce_duck import clock
 from cce_duck.config import Config
 from cce_duck.context import SEARCH_SCHEMA, ContextRequest, build_context, retrieve
 from cce_duck.errors import NotFoundError, StorageError, ValidationError
@@ -19,23 +20,18 @@ from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache
 from cce_duck.management import ManagementMixin
 from cce_duck.memory import tune_allocator
+from cce_duck.messages import load_history, parse_messages, parse_time, validate_session_id
 from cce_duck.messages import message_id as check_message_id
-from cce_duck.messages import parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
+from cce_duck.rows import content_hash
 from cce_duck.store import Store
 from cce_duck.summariser import model_of
 from cce_duck.text import estimate_tokens
 from cce_duck.topics import macro_summary
 from cce_duck.window import Window
-from cce_duck.writer import Writer, content_hash
+from cce_duck.writer import Writer
 
 __all__ = ["Engine", "Session"]
-
-
-def _now() -> datetime:
-    from datetime import UTC
-
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Engine(ManagementMixin):
@@ -102,6 +98,11 @@ class Engine(ManagementMixin):
     def flush(self) -> None:
         """Move journaled messages into the tables now (reads do this by themselves)."""
         self.writer.flush()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     @property
     def embedder_name(self) -> str:
@@ -186,15 +187,18 @@ class Engine(ManagementMixin):
             return exc
         return None
 
-    def ingest(self, session_id: str, messages: Iterable[Any], *, compress: bool = True
-               ) -> list[int]:
+    def ingest(self, session_id: str, messages: Iterable[Any], *, compress: bool = True,
+               progress: Callable[[int, int], None] | None = None) -> list[int]:
         """Store a whole history at once; idempotent.
 
         Messages that repeat the session's stored turns from its first turn on are skipped, so
         ingesting the same history twice stores it once; so are messages whose client id
         (``id`` / ``message_id``) the session already has. Everything older than the hot window
-        is compressed into notes (``compress=False`` leaves it pending). Returns the turn numbers
-        of the messages not skipped by the prefix rule.
+        is compressed into notes (``compress=False`` leaves it pending). Every message is
+        validated before anything is stored, and all are journaled at once (a call that raises
+        stored none of them); then ``progress(done, total)`` is called with the count of new
+        messages handled so far (first with ``done=0``, last with ``done=total``). Returns the
+        turn numbers of the messages not skipped by the prefix rule.
         """
         sid = validate_session_id(session_id)
         parsed = parse_messages(messages)
@@ -207,8 +211,12 @@ class Engine(ManagementMixin):
             skip += 1
         new = parsed[skip:]
         if not new:
+            if progress is not None:
+                progress(0, 0)
             return []
-        out, ticket = self.writer.add(sid, new)  # journaled at once: all or nothing
+        if progress is not None:
+            progress(0, len(new))
+        out, ticket = self.writer.add(sid, new, progress=progress)  # all journaled, or none
         try:
             self.writer.flush(finish={sid} if compress else None)
         except StorageError:
@@ -216,7 +224,23 @@ class Engine(ManagementMixin):
                 raise
             # journaled: acknowledged, and stored by the next flush that succeeds
         self._durable(ticket)
+        if progress is not None:
+            progress(len(new), len(new))
         return out
+
+    def ingest_file(self, session_id: str, source: str | Path | IO[str], *, compress: bool = True,
+                    progress: Callable[[int, int], None] | None = None) -> list[int]:
+        """:meth:`ingest` a conversation file (a path or an open text stream such as stdin):
+        JSON messages (a list, or ``{"messages": [...]}``) or a ``User:`` / ``Assistant:``
+        transcript. A JSON syntax error names its line and column; nothing is stored then."""
+        if isinstance(source, str | Path):
+            try:
+                text = Path(source).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValidationError(f"cannot read {source}: {exc}") from None
+        else:
+            text = source.read()
+        return self.ingest(session_id, load_history(text), compress=compress, progress=progress)
 
     def close_session(self, session_id: str) -> str:
         """Compress what is pending, write the cold-tier summary, mark the session closed."""
@@ -229,8 +253,8 @@ class Engine(ManagementMixin):
             summary = self.writer.summariser.summarise_session(sid, labels, summaries, summary)
         with self.store.transaction():
             self.store.q("upsert_summary", {"sid": sid, "summary": summary,
-                                            "tokens": estimate_tokens(summary), "now": _now()})
-            self.store.q("close_session", {"sid": sid, "now": _now()})
+                                            "tokens": estimate_tokens(summary), "now": clock.now()})
+            self.store.q("close_session", {"sid": sid, "now": clock.now()})
         self.writer.reopen(sid)
         return summary
 
@@ -299,10 +323,36 @@ class Engine(ManagementMixin):
         return self.store.con.execute("SELECT * FROM cce_turns(?, hot := ?)",
                                       [sid, self.config.hot_tier_max_turns]).pl()
 
+    def history(self, session_id: str) -> list[dict[str, Any]]:
+        """Every stored message of a session as ``{role, content, name, turn_no}``, oldest first
+        (empty for an unknown session). A turn whose raw text was dropped after compression
+        (``keep_raw_turns=False``) gives its one-line summary."""
+        sid = validate_session_id(session_id)
+        if not self.store.read_only:
+            self.writer.flush()
+        cur = self.store.q("session_history", {"sid": sid})
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def latest_user_message(self, session_id: str) -> str | None:
+        """Text of the session's latest user message (``None`` if it has none or is unknown)."""
+        sid = validate_session_id(session_id)
+        if not self.store.read_only:
+            self.writer.flush()
+        row = self.store.q("latest_user_message", {"sid": sid}).fetchone()
+        return None if row is None else str(row[0])
+
     def overview(self, session_id: str) -> pl.DataFrame:
         """Topics in conversation order (the ``cce_overview`` macro)."""
         return self.store.con.execute("SELECT * FROM cce_overview(?)",
                                       [self._existing(session_id)]).pl()
+
+    def outline(self, session_id: str) -> dict[str, Any]:
+        """A session's topics in conversation order (``start_turn, end_turn, label, summary``)
+        and its cold-tier summary (``None`` while the session is open)."""
+        sid = self._existing(session_id)
+        topics = self.overview(sid).select("start_turn", "end_turn", "label", "summary")
+        return {"session_id": sid, "summary": self.summary(sid), "topics": topics.to_dicts()}
 
     def stats(self, session_id: str | None = None) -> pl.DataFrame:
         """Sizes, tier occupancy and token savings per session (the ``cce_stats`` macro)."""

@@ -80,10 +80,15 @@ def _fill(eng: Engine, ledger: Ledger, folder: Path) -> StorageError:
     return first
 
 
-def _retry_and_check(eng: Engine, ledger: Ledger) -> None:
+def _retry_and_check(eng: Engine, ledger: Ledger, label: str = "") -> None:
     """Retry every failed call: acknowledged numbers are kept, each message stored once."""
-    for batch in ledger.failed:
+    acked, failed = len(ledger.acked), ledger.failed
+    for batch in failed:
         ledger.record(batch, eng.add_messages("s", batch))
+    if label:  # the figures docs/durability.md quotes (pytest -s shows them)
+        print(f"\n{label}: {acked} messages acknowledged until the disk was full, {len(failed)} "
+              f"calls ({sum(map(len, failed))} messages) refused with StorageError; after the "
+              f"retry {len(ledger.acked)} stored")
     rows = eng.sql("SELECT message_id, turn_no, content FROM turns WHERE session_id = 's' "
                    "ORDER BY turn_no").rows()
     ids = [r[0] for r in rows]
@@ -110,7 +115,8 @@ def test_library_recovers_in_process_once_space_returns(tmpfs: Path, key: str | 
         assert eng.check_storage() is None
         assert eng.storage_error is None
         assert eng.stats("s")["turns"].to_list() == [n_acked]
-        _retry_and_check(eng, ledger)
+        _retry_and_check(eng, ledger,
+                         f"library, in-process recovery, {'encrypted' if key else 'plain'}")
     finally:
         eng.close()
     with Engine(data_dir=folder, embedder="hash", encryption_key=key) as again:
@@ -129,7 +135,8 @@ def test_close_on_a_full_disk_never_raises_and_loses_nothing(tmpfs: Path, key: s
     (tmpfs / "filler").unlink()
     with Engine(data_dir=folder, embedder="hash", encryption_key=key) as eng:
         assert eng.stats("s")["turns"].to_list() == [len(ledger.acked)]
-        _retry_and_check(eng, ledger)
+        _retry_and_check(eng, ledger, f"library, close on the full disk then reopen, "
+                                      f"{'encrypted' if key else 'plain'}")
 
 
 def test_rest_answers_507_and_health_503_then_recovers(tmpfs: Path) -> None:
@@ -168,10 +175,14 @@ def test_rest_answers_507_and_health_503_then_recovers(tmpfs: Path) -> None:
         assert read.json()["error"]["type"] == "storage_error"
         (tmpfs / "filler").unlink()
         assert client.get("/health").status_code == 200
-        for batch in ledger.failed:  # the client retries everything not acknowledged
+        acked, failed = len(ledger.acked), ledger.failed
+        for batch in failed:  # the client retries everything not acknowledged
             r = client.post("/v1/sessions/s/messages", json={"messages": batch})
             assert r.status_code == 200, r.text
             ledger.record(batch, r.json()["turns"])
+        print(f"\nREST: {acked} messages acknowledged until the disk was full, {len(failed)} "
+              f"requests ({sum(map(len, failed))} messages) answered 507; after the retry "
+              f"{len(ledger.acked)} stored")
         for batch in [[_message(j) for j in range(0, 15)]]:  # and, once more, some acknowledged
             r = client.post("/v1/sessions/s/messages", json={"messages": batch})
             assert r.json()["turns"] == [ledger.acked[m["id"]] for m in batch]

@@ -161,10 +161,17 @@ class ManagementMixin:
     # -- export / import ----------------------------------------------------
 
     def export_session(self, session_id: str, path: str | os.PathLike[str], *,
-                       format: str = "json") -> Path:
+                       format: str = "json", confined: bool = False) -> Path:
         """Write one session to ``path``: a JSON file (no vectors) or, with
-        ``format="parquet"``, a folder of Parquet files (vectors and postings included)."""
-        return export.export_session(self.store, self._existing(session_id), path, format)
+        ``format="parquet"``, a folder of Parquet files (vectors and postings included).
+
+        ``confined=True`` (for callers who must not choose any path, such as an agent): ``path``
+        must lie inside :attr:`Config.export_dir` (a relative path is taken inside it), else
+        :class:`~cce_duck.errors.ValidationError` and nothing is written."""
+        sid = self._existing(session_id)
+        if confined:
+            path = export.confined_path(self.config.export_dir, path)
+        return export.export_session(self.store, sid, path, format)
 
     def import_session(self, path: str | os.PathLike[str], *, session_id: str | None = None
                        ) -> str:

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.progress import track
 
 from cce_duck import __version__
+from cce_duck.allocator import tune_owned_process
 from cce_duck.cli.common import (
     DataDir,
     EmbedderOpt,
@@ -184,5 +185,6 @@ def sessions(as_json: JsonOpt = False, data_dir: DataDir = None) -> None:
 
 
 def main() -> None:
-    """Entry point of the ``cce`` script."""
+    """Entry point of the ``cce`` script (a process cce_duck owns: the allocator is tuned)."""
+    tune_owned_process()
     app()

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field
 
 from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
+from cce_duck.allocator import tune_owned_process
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
@@ -194,5 +195,7 @@ def run_stdio(config: Config) -> None:
 
 
 def main() -> None:
-    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``)."""
+    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``; a process
+    cce_duck owns: the allocator is tuned)."""
+    tune_owned_process()
     run_stdio(Config.from_env())

@@ -18,6 +18,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from cce_duck import Engine
 
+pytestmark = pytest.mark.processes
+
 Call = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, Any]]]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from cce_duck import erasure
 from cce_duck.config import Config
 from cce_duck.context import SEARCH_SCHEMA, ContextRequest, build_context, retrieve
 from cce_duck.errors import NotFoundError, ValidationError
@@ -63,6 +64,7 @@ class Engine(ManagementMixin):
                            memory_mb=config.duckdb_memory_mb)
         self.index = IndexCache(config.index_cache_mb * 2**20)
         try:
+            erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
             self.writer.on_flush = self._flushed
         except BaseException:

@@ -23,6 +23,7 @@ from cce_duck import topics
 from cce_duck.config import Config
 from cce_duck.embedders.base import CachedEmbedder, Matrix
 from cce_duck.errors import CCEError, ConflictError
+from cce_duck.folder import JOURNAL_FILE
 from cce_duck.memory import release_free_memory
 from cce_duck.messages import Message
 from cce_duck.store import Store
@@ -31,7 +32,6 @@ from cce_duck.text import cached_terms, estimate_tokens, is_filler, split_senten
 
 __all__ = ["JOURNAL_FILE", "TextAnalysis", "Writer", "analyse_text", "content_hash", "quantize", "vectors_of"]
 
-JOURNAL_FILE = "journal.jsonl"
 DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need them only when a
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
 

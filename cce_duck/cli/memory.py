@@ -14,7 +14,7 @@ from cce_duck.cli.common import DataDir, JsonOpt, _engine, _fail, app
 from cce_duck.cli.output import Format, console, print_frame, print_json
 from cce_duck.config import Config
 from cce_duck.errors import CCEError
-from cce_duck.store import DB_FILE
+from cce_duck.folder import DB_FILE
 
 __all__ = ["compact", "forget", "inspect", "pin", "pins", "unpin"]
 

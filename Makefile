@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 E2E := $(VENV)/.e2e-installed
 
-.PHONY: demo test test-all test-fast test-e2e test-js lint bench setup
+.PHONY: demo test test-all test-fast test-e2e test-js lint bench setup docs
 
 $(BIN)/cce: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ test-js: $(BIN)/cce
 lint: $(BIN)/cce
 	$(BIN)/ruff check cce_duck udfs tests benchmarks
 	$(BIN)/mypy
+
+## Regenerate the reference pages docs/cli.md and docs/sql.md from the code (a test checks them).
+docs: $(BIN)/cce
+	$(BIN)/cog -I docs -r docs/cli.md docs/sql.md
 
 bench: $(BIN)/cce
 	$(BIN)/python benchmarks/speed.py --json benchmarks/results/speed.json

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from cce_duck import erasure
+from cce_duck import clock, erasure
 from cce_duck.config import Config
 from cce_duck.context import SEARCH_SCHEMA, ContextRequest, build_context, retrieve
 from cce_duck.errors import NotFoundError, ValidationError
@@ -20,20 +20,15 @@ from cce_duck.management import ManagementMixin
 from cce_duck.memory import tune_allocator
 from cce_duck.messages import parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
+from cce_duck.rows import content_hash
 from cce_duck.store import Store
 from cce_duck.summariser import model_of
 from cce_duck.text import estimate_tokens
 from cce_duck.topics import macro_summary
 from cce_duck.window import Window
-from cce_duck.writer import Writer, content_hash
+from cce_duck.writer import Writer
 
 __all__ = ["Engine", "Session"]
-
-
-def _now() -> datetime:
-    from datetime import UTC
-
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Engine(ManagementMixin):
@@ -97,6 +92,11 @@ class Engine(ManagementMixin):
     def flush(self) -> None:
         """Move journaled messages into the tables now (reads do this by themselves)."""
         self.writer.flush()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     @property
     def embedder_name(self) -> str:
@@ -163,8 +163,8 @@ class Engine(ManagementMixin):
             summary = self.writer.summariser.summarise_session(sid, labels, summaries, summary)
         with self.store.transaction():
             self.store.q("upsert_summary", {"sid": sid, "summary": summary,
-                                            "tokens": estimate_tokens(summary), "now": _now()})
-            self.store.q("close_session", {"sid": sid, "now": _now()})
+                                            "tokens": estimate_tokens(summary), "now": clock.now()})
+            self.store.q("close_session", {"sid": sid, "now": clock.now()})
         self.writer.reopen(sid)
         return summary
 
@@ -233,10 +233,36 @@ class Engine(ManagementMixin):
         return self.store.con.execute("SELECT * FROM cce_turns(?, hot := ?)",
                                       [sid, self.config.hot_tier_max_turns]).pl()
 
+    def history(self, session_id: str) -> list[dict[str, Any]]:
+        """Every stored message of a session as ``{role, content, name, turn_no}``, oldest first
+        (empty for an unknown session). A turn whose raw text was dropped after compression
+        (``keep_raw_turns=False``) gives its one-line summary."""
+        sid = validate_session_id(session_id)
+        if not self.store.read_only:
+            self.writer.flush()
+        cur = self.store.q("session_history", {"sid": sid})
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def latest_user_message(self, session_id: str) -> str | None:
+        """Text of the session's latest user message (``None`` if it has none or is unknown)."""
+        sid = validate_session_id(session_id)
+        if not self.store.read_only:
+            self.writer.flush()
+        row = self.store.q("latest_user_message", {"sid": sid}).fetchone()
+        return None if row is None else str(row[0])
+
     def overview(self, session_id: str) -> pl.DataFrame:
         """Topics in conversation order (the ``cce_overview`` macro)."""
         return self.store.con.execute("SELECT * FROM cce_overview(?)",
                                       [self._existing(session_id)]).pl()
+
+    def outline(self, session_id: str) -> dict[str, Any]:
+        """A session's topics in conversation order (``start_turn, end_turn, label, summary``)
+        and its cold-tier summary (``None`` while the session is open)."""
+        sid = self._existing(session_id)
+        topics = self.overview(sid).select("start_turn", "end_turn", "label", "summary")
+        return {"session_id": sid, "summary": self.summary(sid), "topics": topics.to_dicts()}
 
     def stats(self, session_id: str | None = None) -> pl.DataFrame:
         """Sizes, tier occupancy and token savings per session (the ``cce_stats`` macro)."""

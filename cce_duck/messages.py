@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from cce_duck import clock
 from cce_duck.errors import ValidationError
 
 __all__ = [
@@ -69,10 +70,6 @@ def parse_time(value: object, what: str = "timestamp") -> datetime:
     return dt
 
 
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
 def _one(raw: object, index: int, default_ts: datetime | None) -> Message:
     if isinstance(raw, Message):
         return raw
@@ -94,7 +91,7 @@ def _one(raw: object, index: int, default_ts: datetime | None) -> Message:
         raise ValidationError(f"message {index}: name must be a string of at most 128 chars")
     ts_raw = raw.get("timestamp", raw.get("ts"))
     ts = parse_time(ts_raw, f"message {index} timestamp") if ts_raw is not None else (
-        default_ts or _now()
+        default_ts or clock.now()
     )
     clean = content.encode("utf-8", "replace").decode("utf-8")
     return Message(role, clean, ts, speaker or None)

@@ -8,14 +8,13 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
 
-from cce_duck import dbfile, folder, migrations
+from cce_duck import clock, dbfile, folder, migrations
 from cce_duck.cipher import (
     PLAIN_JOURNAL,
     FolderKey,
@@ -60,10 +59,6 @@ _SAME_FILE = re.compile(r"same database file with a different configuration|Uniq
 _NEEDS_KEY = re.compile(r"Cannot open encrypted database", re.I)
 _WRONG_KEY = re.compile(r"Wrong encryption key", re.I)
 _NOT_ENCRYPTED = re.compile(r"key is explicitly specified, but database .* is not encrypted", re.I)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Store:
@@ -222,7 +217,7 @@ class Store:
                 "schema_version": str(migrations.SCHEMA_VERSION),
                 "embedder": emb.name,
                 "dim": str(emb.dim),
-                "created_at": _now().isoformat(),
+                "created_at": clock.now().isoformat(),
                 "created_by": f"cce_duck {__version__}",
                 "encrypted": "true" if self.folder_key is not None else "false",
             }

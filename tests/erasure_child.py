@@ -16,7 +16,6 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from cce_duck import Engine
-from cce_duck.deletion import delete_session
 
 __all__ = ["OPS", "marker", "messages", "new_token", "run", "session_of"]
 
@@ -80,7 +79,7 @@ def run(folder: str, op: str, round_no: int, token: str, conn: Connection) -> No
     elif op == "note":
         eng.forget(sid, note_id=nid)
     else:
-        delete_session(eng, sid)
+        eng.delete_session(sid)
     conn.send(("done", time.monotonic() - started))
     conn.recv()  # wait for the kill (or "close")
     eng.close()

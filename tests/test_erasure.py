@@ -17,7 +17,6 @@ from conftest import topic_messages
 
 from cce_duck import CCEError, Engine
 from cce_duck.cipher import PLAIN_JOURNAL
-from cce_duck.deletion import delete_session
 from cce_duck.encryption import encrypt_folder
 from cce_duck.erasure import Erasure
 from cce_duck.folder import ERASURE_FILE, JOURNAL_FILE, REWRITE_FILE, TEMP_DIR
@@ -27,8 +26,7 @@ PASS = "erasure test passphrase"
 KILLER = textwrap.dedent("""
     import os, signal, sys
     from cce_duck import Engine, erasure, folder
-    from cce_duck.deletion import delete_session
-    path, op, sid, key, point = sys.argv[1:6]
+        path, op, sid, key, point = sys.argv[1:6]
 
     def die(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -47,7 +45,7 @@ KILLER = textwrap.dedent("""
     if op == "forget":
         eng.forget(sid, turns=(0, 5))
     else:
-        delete_session(eng, sid)
+        eng.delete_session(sid)
     print("returned", flush=True)
 """)
 
@@ -140,7 +138,7 @@ def test_forget_scrubs_stale_journal_records(data_dir: Path) -> None:
         assert _hits(data_dir, gone) == []
         journal = (data_dir / JOURNAL_FILE).read_text(encoding="utf-8").splitlines()
         assert [PLAIN_JOURNAL.decode(x)["n"] for x in journal] == [n for n in range(12) if n in kept]
-        delete_session(eng, "s")
+        eng.delete_session("s")
         assert (data_dir / JOURNAL_FILE).read_bytes() == b""
     with Engine(data_dir=data_dir, embedder="hash") as eng:
         assert eng.sessions()["session_id"].to_list() == ["kept"]

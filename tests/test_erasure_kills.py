@@ -39,7 +39,7 @@ ROUND = 4 * erasure_child.TOPICS
 @pytest.fixture(scope="module")
 def forkserver() -> Any:
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["cce_duck", "cce_duck.deletion"])
+    ctx.set_forkserver_preload(["cce_duck"])
     return ctx
 
 

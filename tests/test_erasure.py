@@ -26,7 +26,7 @@ PASS = "erasure test passphrase"
 KILLER = textwrap.dedent("""
     import os, signal, sys
     from cce_duck import Engine, erasure, folder
-        path, op, sid, key, point = sys.argv[1:6]
+    path, op, sid, key, point = sys.argv[1:6]
 
     def die(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)

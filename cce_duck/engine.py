@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import atexit
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import polars as pl
 
@@ -18,7 +18,7 @@ from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache
 from cce_duck.management import ManagementMixin
 from cce_duck.memory import tune_allocator
-from cce_duck.messages import parse_messages, parse_time, validate_session_id
+from cce_duck.messages import load_history, parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
 from cce_duck.rows import content_hash
 from cce_duck.store import Store
@@ -127,13 +127,15 @@ class Engine(ManagementMixin):
             return []
         return self.writer.add(sid, parsed)
 
-    def ingest(self, session_id: str, messages: Iterable[Any], *, compress: bool = True
-               ) -> list[int]:
+    def ingest(self, session_id: str, messages: Iterable[Any], *, compress: bool = True,
+               progress: Callable[[int, int], None] | None = None) -> list[int]:
         """Store a whole history at once; idempotent.
 
         Messages that repeat the session's stored turns from its first turn on are skipped, so
         ingesting the same history twice stores it once. Everything older than the hot window is
-        compressed into notes (``compress=False`` leaves it pending).
+        compressed into notes (``compress=False`` leaves it pending). Every message is validated
+        before anything is stored; then ``progress(done, total)`` is called with the count of
+        new messages handled so far (first with ``done=0``, last with ``done=total``).
         """
         sid = validate_session_id(session_id)
         parsed = parse_messages(messages)
@@ -147,10 +149,30 @@ class Engine(ManagementMixin):
         new = parsed[skip:]
         out: list[int] = []
         batch = max(self.config.live_batch_turns, 256)
+        if progress is not None:
+            progress(0, len(new))
         for i in range(0, len(new), batch):
             out.extend(self.writer.add(sid, new[i : i + batch]))
+            if progress is not None and i + batch < len(new):
+                progress(len(out), len(new))  # add() stored the batch (flush_every) on its way
         self.writer.flush(finish={sid} if compress and new else None)
+        if progress is not None:
+            progress(len(new), len(new))
         return out
+
+    def ingest_file(self, session_id: str, source: str | Path | IO[str], *, compress: bool = True,
+                    progress: Callable[[int, int], None] | None = None) -> list[int]:
+        """:meth:`ingest` a conversation file (a path or an open text stream such as stdin):
+        JSON messages (a list, or ``{"messages": [...]}``) or a ``User:`` / ``Assistant:``
+        transcript. A JSON syntax error names its line and column; nothing is stored then."""
+        if isinstance(source, str | Path):
+            try:
+                text = Path(source).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValidationError(f"cannot read {source}: {exc}") from None
+        else:
+            text = source.read()
+        return self.ingest(session_id, load_history(text), compress=compress, progress=progress)
 
     def close_session(self, session_id: str) -> str:
         """Compress what is pending, write the cold-tier summary, mark the session closed."""

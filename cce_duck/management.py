@@ -55,7 +55,7 @@ class ManagementMixin:
         calls: list[dict[str, Any]] = self.__dict__.setdefault("_context_calls", [])
         calls.append({"session_id": payload.session_id, "called_at": now(),
                       "max_tokens": payload.max_tokens, "tokens_sent": payload.tokens,
-                      "history_tokens": payload.full_tokens})
+                      "history_tokens": payload.history_tokens})
         if len(calls) >= CALLS_BATCH:
             self._flush_context_calls()
 

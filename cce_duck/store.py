@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from cce_duck import clock, dbfile, folder, migrations
+from cce_duck import clock, dbfile, folder, migrations, sandbox
 from cce_duck.cipher import (
     PLAIN_JOURNAL,
     FolderKey,
@@ -149,6 +149,7 @@ class Store:
             else:
                 con = dbfile.connect(self.path, read_only=self.read_only)
             self._limit_memory(con)
+            sandbox.seal(con, self.data_dir)  # last: no file, extension or setting after this
             return con
         except duckdb.IOException as exc:
             if _LOCK.search(str(exc)):

@@ -91,7 +91,8 @@ def build_server(engine: Engine) -> MCPServer[Any]:
         payload = eng.call(e.context, session_id, query, max_tokens=max_tokens, top_k=top_k,
                            since=since, until=until, last_turns=last_turns, explain=explain)
         out = {"context": payload.to_string(), "tokens": payload.tokens,
-               "full_tokens": payload.full_tokens, "notes": payload.to_dict()["notes"]}
+               "full_tokens": payload.full_tokens, "pin_tokens": payload.pin_tokens,
+               "tokens_saved": payload.tokens_saved, "notes": payload.to_dict()["notes"]}
         if explain:
             out["explain"] = payload.to_dict()["explain"]
         return out

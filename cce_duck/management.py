@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from cce_duck import corrections, deletion, export, forget, pins, warm
+from cce_duck import corrections, deletion, erasure, export, forget, pins, warm
 from cce_duck.clock import now
 from cce_duck.errors import CCEError, NotFoundError
 from cce_duck.payload import ContextPayload
@@ -157,7 +157,7 @@ class ManagementMixin:
             raise CCEError("this store is open read-only; open it without read_only to compact")
         self.flush()
         before = _file_bytes(self.store)
-        forget.scrub(self.store)
+        erasure.scrub(self.store)
         return {"bytes_before": before, "bytes_after": _file_bytes(self.store)}
 
     # -- export / import ----------------------------------------------------

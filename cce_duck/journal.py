@@ -25,10 +25,10 @@ from typing import Any
 
 from cce_duck.cipher import JournalCodec
 from cce_duck.errors import StorageError
+from cce_duck.folder import JOURNAL_FILE
 
-__all__ = ["DURABILITY", "JOURNAL_FILE", "Journal"]
+__all__ = ["DURABILITY", "Journal"]
 
-JOURNAL_FILE = "journal.jsonl"
 #: ``fsync``: a record is on disk before its call returns; ``os``: the OS writes it back later.
 DURABILITY = ("fsync", "os")
 

@@ -23,7 +23,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cce_duck import Config, ConflictError, Engine, ValidationError
-from cce_duck.journal import JOURNAL_FILE, Journal
+from cce_duck.folder import JOURNAL_FILE
+from cce_duck.journal import Journal
 from cce_duck.server.keys import KeyRing
 from cce_duck.server.rest import create_app
 from tests.servers import cce_server

@@ -25,7 +25,6 @@ from typing import Any
 
 from cce_duck.cipher import JournalCodec
 from cce_duck.errors import StorageError
-from cce_duck.folder import JOURNAL_FILE
 
 __all__ = ["DURABILITY", "Journal"]
 

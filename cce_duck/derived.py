@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cce_duck import topics
+from cce_duck import ranking, topics
 from cce_duck.config import Config
 from cce_duck.embedders.base import Matrix
 from cce_duck.sqlfiles import query
@@ -75,7 +75,7 @@ def derive_turns(store: Store, config: Config, sid: str, rows: list[dict[str, An
         if spans:
             out.svec.append(parts)
             out.svec_rows.extend((n, j, x, z) for j, (x, z) in zip(a.sent_nos, spans, strict=True))
-        out.post.extend((term, n, min(c, 32767)) for term, c in Counter(words).items())
+        out.post.extend((term, n, ranking.stored_tf(c)) for term, c in Counter(words).items())
     return out
 
 

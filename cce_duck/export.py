@@ -29,6 +29,7 @@ from cce_duck.errors import ConflictError, EmbedderMismatchError, ValidationErro
 from cce_duck.messages import ROLES, parse_time, validate_session_id
 from cce_duck.store import Store
 from cce_duck.topics import unit
+from cce_duck.writer import quantize, vectors_of
 
 __all__ = ["FORMAT", "FORMATS", "PARQUET_TABLES", "export_session", "import_session",
            "session_document"]
@@ -186,7 +187,7 @@ def _import_json(store: Store, config: Config, src: Path, session_id: str | None
         write_turns(store, sid, derived, insert_turns=True)
         rows = []
         # note vector = unit mean of its turns' stored (int8) message vectors, as when written
-        stored = np.clip(np.rint(np.vstack(derived.mvec) * 127.0), -127, 127) / 127.0 if (
+        stored = vectors_of(quantize(np.vstack(derived.mvec)), store.dim) if (
             derived.mvec) else np.empty((0, store.dim))
         members: dict[int, list[int]] = {}
         for i, t in enumerate(derived.turns):

@@ -35,7 +35,7 @@ from cce_duck.errors import (
     FolderInUseError,
     SchemaError,
 )
-from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro, macro_files, query, statement
+from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro_files, macro_sql, query, statement
 
 __all__ = ["DB_FILE", "Store"]
 
@@ -284,7 +284,7 @@ class Store:
 
     def _install_macros(self, con: duckdb.DuckDBPyConnection) -> None:
         for name in macro_files():
-            con.execute(macro(name).sql.replace("@DIM@", str(self.dim)))
+            con.execute(macro_sql(name, self.dim))
         for alias, target in CURRENT_MACROS.items():
             con.execute(alias_sql(alias, target))
 

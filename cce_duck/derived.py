@@ -5,24 +5,19 @@ warm-tier merges."""
 from __future__ import annotations
 
 import re
-from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from cce_duck import ranking, topics
+from cce_duck import clock, topics
 from cce_duck.config import Config
-from cce_duck.embedders.base import Matrix
+from cce_duck.rows import TurnRows, quantize, run_with, vectors_of
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import estimate_tokens
-from cce_duck.writer import analyse_text, content_hash, quantize, vectors_of
 
-__all__ = ["DerivedTurns", "csv", "derive_turns", "note_fields", "now", "run_script", "touch", "write_notes",
-           "write_turns"]
+__all__ = ["csv", "derive_turns", "note_fields", "run_script", "touch", "write_notes"]
 
 _PARAM = re.compile(r"\$(\w+)")
 
@@ -40,86 +35,15 @@ def run_script(store: Store, name: str, params: dict[str, Any]) -> None:
             store.con.execute(stmt, {k: v for k, v in params.items() if k in used})
 
 
-@dataclass
-class DerivedTurns:
-    """Rows derived from some turns' text, ready to insert."""
-
-    turns: list[dict[str, Any]] = field(default_factory=list)
-    mvec: list[Matrix] = field(default_factory=list)
-    svec: list[Matrix] = field(default_factory=list)
-    svec_rows: list[tuple[int, int, int, int]] = field(default_factory=list)
-    post: list[tuple[str, int, int]] = field(default_factory=list)
-
-
-def derive_turns(store: Store, config: Config, sid: str, rows: list[dict[str, Any]]
-                 ) -> DerivedTurns:
+def derive_turns(store: Store, config: Config, sid: str, rows: list[dict[str, Any]]) -> TurnRows:
     """Derive every stored column of turns given as dicts (turn_no, role, speaker, content, ts;
-    optional micro and note_id), exactly as the write path does."""
-    out = DerivedTurns()
-    emb = store.embedder
+    optional micro, tokens and note_id), exactly as the write path does."""
+    out = TurnRows()
     for r in rows:
-        text = r["content"] if r.get("content") is not None else str(r.get("micro") or "")
-        a = analyse_text(emb, config, text, r.get("speaker"))
-        words, tokens, spans, whole, parts = a.words, a.tokens, a.spans, a.whole, a.parts
-        n = int(r["turn_no"])
-        micro = r.get("micro") if r.get("content") is None else topics.micro(
-            topics.TopicTurn(n, r["role"], r.get("speaker"), text, r["ts"]), sentences=a.sentences)
-        out.turns.append({
-            "session_id": sid, "turn_no": n, "role": r["role"], "speaker": r.get("speaker"),
-            "content": r.get("content"), "ts": r["ts"],
-            "tokens": int(r["tokens"]) if r.get("content") is None and r.get("tokens") else tokens,
-            "n_terms": len(words), "content_hash": content_hash(r["role"], text),
-            "micro": micro, "note_id": r.get("note_id"),
-        })
-        out.mvec.append(whole)
-        if spans:
-            out.svec.append(parts)
-            out.svec_rows.extend((n, j, x, z) for j, (x, z) in zip(a.sent_nos, spans, strict=True))
-        out.post.extend((term, n, ranking.stored_tf(c)) for term, c in Counter(words).items())
+        out.add(store.embedder, config, sid, int(r["turn_no"]), r["role"], r.get("speaker"),
+                r.get("content"), r["ts"], micro=r.get("micro"), tokens=r.get("tokens"),
+                note_id=r.get("note_id"))
     return out
-
-
-_TURN_SCHEMA = pa.schema([
-    ("session_id", pa.string()), ("turn_no", pa.int32()), ("role", pa.string()),
-    ("speaker", pa.string()), ("content", pa.string()), ("ts", pa.timestamp("us")),
-    ("tokens", pa.int32()), ("n_terms", pa.int32()), ("content_hash", pa.uint64()),
-    ("micro", pa.string()), ("note_id", pa.int64()),
-])
-
-
-def _with(store: Store, name: str, table: pa.Table, query_name: str,
-          params: dict[str, Any] | None = None) -> None:
-    store.con.register(name, table)
-    try:
-        store.q(query_name, params)
-    finally:
-        store.con.unregister(name)
-
-
-def write_turns(store: Store, sid: str, d: DerivedTurns, *, insert_turns: bool) -> None:
-    """Insert the vectors and postings of ``d`` (and its turn rows when ``insert_turns``)."""
-    if not d.turns:
-        return
-    if insert_turns:
-        _with(store, "_b_turns", pa.Table.from_pylist(d.turns, schema=_TURN_SCHEMA), "insert_turns")
-    nos = [t["turn_no"] for t in d.turns]
-    _with(store, "_b_mvec", pa.table({
-        "session_id": [sid] * len(nos), "turn_no": pa.array(nos, pa.int32()),
-        "vector": quantize(np.vstack(d.mvec)),
-    }), "insert_message_vectors")
-    if d.svec_rows:
-        cols = list(zip(*d.svec_rows, strict=True))
-        _with(store, "_b_svec", pa.table({
-            "session_id": [sid] * len(d.svec_rows), "turn_no": pa.array(cols[0], pa.int32()),
-            "sent_no": pa.array(cols[1], pa.int16()), "start_char": pa.array(cols[2], pa.int32()),
-            "end_char": pa.array(cols[3], pa.int32()), "vector": quantize(np.vstack(d.svec)),
-        }), "insert_sentence_vectors")
-    if d.post:
-        cols = list(zip(*d.post, strict=True))
-        _with(store, "_b_post", pa.table({
-            "session_id": [sid] * len(d.post), "term": list(cols[0]),
-            "turn_no": pa.array(cols[1], pa.int32()), "tf": pa.array(cols[2], pa.int16()),
-        }), "insert_postings")
 
 
 def note_fields(store: Store, sid: str, first: int, last: int,
@@ -171,17 +95,10 @@ def write_notes(store: Store, notes: list[dict[str, Any]], *, insert: bool) -> N
         "created_at": pa.array([n["created_at"] for n in notes], pa.timestamp("us")),
     }).select(cols).append_column(
         "vector", quantize(np.vstack([np.asarray(n["vector"], np.float32)[None, :] for n in notes])))
-    _with(store, "_b_notes", tbl, "insert_notes" if insert else "rewrite_note")
+    run_with(store, "insert_notes" if insert else "rewrite_note", _b_notes=tbl)
 
 
 def touch(store: Store, sid: str) -> None:
     """Move the session's ``updated_at`` forward (inside the caller's transaction), so anything
     cached for the session is reloaded."""
-    store.q("touch_session", {"sid": sid, "now": now()})
-
-
-def now() -> datetime:
-    """Naive UTC now (how every timestamp is stored)."""
-    from datetime import UTC
-
-    return datetime.now(UTC).replace(tzinfo=None)
+    store.q("touch_session", {"sid": sid, "now": clock.now()})

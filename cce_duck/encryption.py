@@ -24,7 +24,7 @@ from pathlib import Path
 
 import duckdb
 
-from cce_duck import dbfile
+from cce_duck import dbfile, sandbox
 from cce_duck.cipher import (
     MARKER_FILE,
     PLAIN_JOURNAL,
@@ -163,12 +163,14 @@ def _locked(stage: Path, folder: Path) -> Iterator[None]:
 
 
 def _scratch(stage: Path) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection with httpfs whose spill files stay in ``stage``, encrypted."""
+    """An in-memory connection with httpfs whose spill files stay in ``stage``, encrypted, sealed
+    into the data folder (see :mod:`cce_duck.sandbox`)."""
     con = dbfile.connect()
     try:
         con.execute(statement("temp_directory", literals={"path": str(stage / "tmp")}))
         con.execute(statement("temp_file_encryption"))
         load_httpfs(con)
+        sandbox.seal(con, stage.parent)  # the folder under conversion, nothing else
     except BaseException:
         con.close()
         raise

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import atexit
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import polars as pl
 
+from cce_duck import clock
 from cce_duck.config import Config
 from cce_duck.context import SEARCH_SCHEMA, ContextRequest, build_context, retrieve
 from cce_duck.errors import NotFoundError, ValidationError
@@ -17,22 +18,17 @@ from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache
 from cce_duck.management import ManagementMixin
 from cce_duck.memory import tune_allocator
-from cce_duck.messages import parse_messages, parse_time, validate_session_id
+from cce_duck.messages import load_history, parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
+from cce_duck.rows import content_hash
 from cce_duck.store import Store
 from cce_duck.summariser import model_of
 from cce_duck.text import estimate_tokens
 from cce_duck.topics import macro_summary
 from cce_duck.window import Window
-from cce_duck.writer import Writer, content_hash
+from cce_duck.writer import Writer
 
 __all__ = ["Engine", "Session"]
-
-
-def _now() -> datetime:
-    from datetime import UTC
-
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Engine(ManagementMixin):
@@ -97,6 +93,11 @@ class Engine(ManagementMixin):
         self.writer.flush()
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
     def embedder_name(self) -> str:
         """Name of the embedder this folder is pinned to."""
         return self.store.embedder.name
@@ -125,13 +126,15 @@ class Engine(ManagementMixin):
             return []
         return self.writer.add(sid, parsed)
 
-    def ingest(self, session_id: str, messages: Iterable[Any], *, compress: bool = True
-               ) -> list[int]:
+    def ingest(self, session_id: str, messages: Iterable[Any], *, compress: bool = True,
+               progress: Callable[[int, int], None] | None = None) -> list[int]:
         """Store a whole history at once; idempotent.
 
         Messages that repeat the session's stored turns from its first turn on are skipped, so
         ingesting the same history twice stores it once. Everything older than the hot window is
-        compressed into notes (``compress=False`` leaves it pending).
+        compressed into notes (``compress=False`` leaves it pending). Every message is validated
+        before anything is stored; then ``progress(done, total)`` is called with the count of
+        new messages handled so far (first with ``done=0``, last with ``done=total``).
         """
         sid = validate_session_id(session_id)
         parsed = parse_messages(messages)
@@ -145,10 +148,30 @@ class Engine(ManagementMixin):
         new = parsed[skip:]
         out: list[int] = []
         batch = max(self.config.live_batch_turns, 256)
+        if progress is not None:
+            progress(0, len(new))
         for i in range(0, len(new), batch):
             out.extend(self.writer.add(sid, new[i : i + batch]))
+            if progress is not None and i + batch < len(new):
+                progress(len(out), len(new))  # add() stored the batch (flush_every) on its way
         self.writer.flush(finish={sid} if compress and new else None)
+        if progress is not None:
+            progress(len(new), len(new))
         return out
+
+    def ingest_file(self, session_id: str, source: str | Path | IO[str], *, compress: bool = True,
+                    progress: Callable[[int, int], None] | None = None) -> list[int]:
+        """:meth:`ingest` a conversation file (a path or an open text stream such as stdin):
+        JSON messages (a list, or ``{"messages": [...]}``) or a ``User:`` / ``Assistant:``
+        transcript. A JSON syntax error names its line and column; nothing is stored then."""
+        if isinstance(source, str | Path):
+            try:
+                text = Path(source).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValidationError(f"cannot read {source}: {exc}") from None
+        else:
+            text = source.read()
+        return self.ingest(session_id, load_history(text), compress=compress, progress=progress)
 
     def close_session(self, session_id: str) -> str:
         """Compress what is pending, write the cold-tier summary, mark the session closed."""
@@ -161,8 +184,8 @@ class Engine(ManagementMixin):
             summary = self.writer.summariser.summarise_session(sid, labels, summaries, summary)
         with self.store.transaction():
             self.store.q("upsert_summary", {"sid": sid, "summary": summary,
-                                            "tokens": estimate_tokens(summary), "now": _now()})
-            self.store.q("close_session", {"sid": sid, "now": _now()})
+                                            "tokens": estimate_tokens(summary), "now": clock.now()})
+            self.store.q("close_session", {"sid": sid, "now": clock.now()})
         self.writer.reopen(sid)
         return summary
 
@@ -231,10 +254,36 @@ class Engine(ManagementMixin):
         return self.store.con.execute("SELECT * FROM cce_turns(?, hot := ?)",
                                       [sid, self.config.hot_tier_max_turns]).pl()
 
+    def history(self, session_id: str) -> list[dict[str, Any]]:
+        """Every stored message of a session as ``{role, content, name, turn_no}``, oldest first
+        (empty for an unknown session). A turn whose raw text was dropped after compression
+        (``keep_raw_turns=False``) gives its one-line summary."""
+        sid = validate_session_id(session_id)
+        if not self.store.read_only:
+            self.writer.flush()
+        cur = self.store.q("session_history", {"sid": sid})
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def latest_user_message(self, session_id: str) -> str | None:
+        """Text of the session's latest user message (``None`` if it has none or is unknown)."""
+        sid = validate_session_id(session_id)
+        if not self.store.read_only:
+            self.writer.flush()
+        row = self.store.q("latest_user_message", {"sid": sid}).fetchone()
+        return None if row is None else str(row[0])
+
     def overview(self, session_id: str) -> pl.DataFrame:
         """Topics in conversation order (the ``cce_overview`` macro)."""
         return self.store.con.execute("SELECT * FROM cce_overview(?)",
                                       [self._existing(session_id)]).pl()
+
+    def outline(self, session_id: str) -> dict[str, Any]:
+        """A session's topics in conversation order (``start_turn, end_turn, label, summary``)
+        and its cold-tier summary (``None`` while the session is open)."""
+        sid = self._existing(session_id)
+        topics = self.overview(sid).select("start_turn", "end_turn", "label", "summary")
+        return {"session_id": sid, "summary": self.summary(sid), "topics": topics.to_dicts()}
 
     def stats(self, session_id: str | None = None) -> pl.DataFrame:
         """Sizes, tier occupancy and token savings per session (the ``cce_stats`` macro)."""

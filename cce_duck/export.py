@@ -24,12 +24,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cce_duck.config import Config
-from cce_duck.derived import derive_turns, write_notes, write_turns
+from cce_duck.derived import derive_turns, write_notes
 from cce_duck.errors import ConflictError, EmbedderMismatchError, ValidationError
 from cce_duck.messages import ROLES, parse_time, validate_session_id
+from cce_duck.rows import quantize, run_with, vectors_of
 from cce_duck.store import Store
 from cce_duck.topics import unit
-from cce_duck.writer import quantize, vectors_of
 
 __all__ = ["FORMAT", "FORMATS", "PARQUET_TABLES", "export_session", "import_session",
            "session_document"]
@@ -184,11 +184,11 @@ def _import_json(store: Store, config: Config, src: Path, session_id: str | None
             "session_id": [sid], "created_at": pa.array([created], pa.timestamp("us")),
             "updated_at": pa.array([updated], pa.timestamp("us")), "status": [status],
             "next_turn": pa.array([next_turn], pa.int32())}))
-        write_turns(store, sid, derived, insert_turns=True)
+        derived.insert(store)
         rows = []
         # note vector = unit mean of its turns' stored (int8) message vectors, as when written
-        stored = vectors_of(quantize(np.vstack(derived.mvec)), store.dim) if (
-            derived.mvec) else np.empty((0, store.dim))
+        stored = vectors_of(quantize(np.vstack(derived.mvec)), store.dim) if derived.mvec else (
+            np.empty((0, store.dim), np.float32))
         members: dict[int, list[int]] = {}
         for i, t in enumerate(derived.turns):
             if t["note_id"] is not None:
@@ -223,11 +223,7 @@ def _note_ids(store: Store, n: int) -> list[int]:
 
 
 def _insert(store: Store, query_name: str, table: pa.Table) -> None:
-    store.con.register("_b_import", table)
-    try:
-        store.q(query_name)
-    finally:
-        store.con.unregister("_b_import")
+    run_with(store, query_name, _b_import=table)
 
 
 def _with_session(table: pa.Table, sid: str) -> pa.Table:
@@ -273,12 +269,7 @@ def _import_parquet(store: Store, src: Path, session_id: str | None) -> str:
             for t in PARQUET_TABLES:
                 if tables[t].num_rows == 0:
                     continue
-                name = batch_names.get(t, "_b_import")
-                store.con.register(name, tables[t])
-                try:
-                    store.q(targets[t])
-                finally:
-                    store.con.unregister(name)
+                run_with(store, targets[t], **{batch_names.get(t, "_b_import"): tables[t]})
     except duckdb.Error as exc:
         raise _bad(src, f"the tables do not fit this store ({exc})") from None
     return sid

@@ -60,16 +60,17 @@ def plan(store: Store, sid: str, note_id: object = None, turns: object = None) -
         [sid, p["nid"], p["first"], p["last"]]).pl()
 
 
-def forget(store: Store, sid: str, note_id: object = None, turns: object = None
-           ) -> dict[str, int]:
-    """Delete what the plan lists, then scrub the file; returns counts per kind."""
+def forget(store: Store, sid: str, note_id: object = None, turns: object = None, *,
+           dry_run: bool = False) -> dict[str, int]:
+    """Delete what the plan lists, then scrub the file; returns counts per kind (with
+    ``dry_run``, what would be deleted, deleting nothing)."""
     df = plan(store, sid, note_id, turns)
     counts = {key: 0 for key in _COUNT_KEYS.values()}
     for kind, rows in df.group_by("kind").agg(pl.col("rows").sum()).iter_rows():
         counts[_COUNT_KEYS[kind]] = int(rows)
     counts["note_vectors"] = counts["notes"]
     counts["vectors"] = counts["message_vectors"] + counts["sentence_vectors"] + counts["notes"]
-    if df.height == 0:
+    if df.height == 0 or dry_run:
         return counts
     notes = df.filter(pl.col("kind") == "note")["note_id"].to_list()
     turn_nos = df.filter(pl.col("kind") == "turn")["turn_no"].to_list()

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from cce_duck import corrections, export, forget, pins, warm
-from cce_duck.derived import now
-from cce_duck.errors import CCEError
+from cce_duck import corrections, deletion, export, forget, pins, warm
+from cce_duck.clock import now
+from cce_duck.errors import CCEError, NotFoundError
 from cce_duck.payload import ContextPayload
+from cce_duck.rows import registered
 
 if TYPE_CHECKING:
     from cce_duck.config import Config
@@ -67,12 +68,8 @@ class ManagementMixin:
             ("max_tokens", pa.int32()), ("tokens_sent", pa.int32()),
             ("history_tokens", pa.int32())]))
         before = self.store.generation
-        with self.store.transaction() as con:
-            con.register("_b_calls", tbl)
-            try:
-                self.store.q("insert_context_calls")
-            finally:
-                con.unregister("_b_calls")
+        with self.store.transaction() as con, registered(con, _b_calls=tbl):
+            self.store.q("insert_context_calls")
         self.index.advance(before, self.store.generation, set())  # no session's memory changed
         calls.clear()
 
@@ -118,14 +115,34 @@ class ManagementMixin:
         return forget.plan(self.store, self._existing(session_id), note_id, turns)
 
     def forget(self, session_id: str, *, note_id: int | None = None,
-               turns: tuple[int, int] | None = None) -> dict[str, Any]:
+               turns: tuple[int, int] | None = None, dry_run: bool = False) -> dict[str, Any]:
         """Delete a note (with the turns it covers) or a turn range (with every note overlapping
         it), their vectors, BM25 terms and pins; then rewrite the file so the text is gone from
-        it. Returns counts per kind. Turn numbers never go back."""
+        it. Returns counts per kind. Turn numbers never go back. With ``dry_run`` nothing is
+        removed and the counts are those a real call would remove."""
         sid = self._existing(session_id)
+        if dry_run:
+            return forget.forget(self.store, sid, note_id, turns, dry_run=True)
         try:
             return forget.forget(self.store, sid, note_id, turns)
         finally:
+            self.writer.forget_stats(sid)
+
+    def delete_session(self, session_id: str, *, missing_ok: bool = False) -> dict[str, int]:
+        """Delete a session with its turns, notes, vectors, terms, pins and summary, then rewrite
+        the file so its text is gone from it. Returns rows removed per table. An unknown session
+        raises :class:`NotFoundError` (with ``missing_ok``, returns ``{}``). A later message to
+        the same id starts a new session at turn 0."""
+        try:
+            sid = self._existing(session_id)
+        except NotFoundError:
+            if missing_ok:
+                return {}
+            raise
+        try:
+            return deletion.delete_session(self.store, sid)
+        finally:
+            self.writer.reopen(sid)
             self.writer.forget_stats(sid)
 
     def compact(self) -> dict[str, int]:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from cce_duck import clock
 from cce_duck.errors import ValidationError
 
 __all__ = [
     "ROLES",
+    "TRANSCRIPT_PREFIXES",
     "Message",
+    "load_history",
     "parse_messages",
     "parse_time",
     "parse_transcript",
@@ -69,15 +73,17 @@ def parse_time(value: object, what: str = "timestamp") -> datetime:
     return dt
 
 
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
 def _one(raw: object, index: int, default_ts: datetime | None) -> Message:
     if isinstance(raw, Message):
         return raw
     if not isinstance(raw, Mapping):
         raise ValidationError(f"message {index} must be an object with role and content")
+    lacking = [k for k in ("role", "content") if k not in raw]
+    if lacking:
+        has = ", ".join(repr(str(k)) for k in raw) or "no keys"
+        raise ValidationError(
+            f"message {index} lacks {' and '.join(repr(k) for k in lacking)} (it has {has}); "
+            "each message needs 'role' (user, assistant, system or tool) and 'content'")
     role, content = raw.get("role"), raw.get("content")
     if not isinstance(role, str) or role not in ROLES:
         raise ValidationError(
@@ -94,7 +100,7 @@ def _one(raw: object, index: int, default_ts: datetime | None) -> Message:
         raise ValidationError(f"message {index}: name must be a string of at most 128 chars")
     ts_raw = raw.get("timestamp", raw.get("ts"))
     ts = parse_time(ts_raw, f"message {index} timestamp") if ts_raw is not None else (
-        default_ts or _now()
+        default_ts or clock.now()
     )
     clean = content.encode("utf-8", "replace").decode("utf-8")
     return Message(role, clean, ts, speaker or None)
@@ -108,9 +114,12 @@ def parse_messages(raw: Iterable[Any], default_ts: datetime | None = None) -> li
     return out
 
 
-_SPEAKER_LINE = re.compile(r"^(User|Assistant|System|Human|AI)\s*:\s?(.*)$", re.I)
-_ROLE_OF = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant",
-            "system": "system"}
+#: Line prefixes a transcript may use (any letter case), and the role each one means.
+TRANSCRIPT_PREFIXES = {"User": "user", "Human": "user", "Assistant": "assistant", "AI": "assistant",
+                       "System": "system"}
+_SPEAKER_LINE = re.compile(r"^(" + "|".join(TRANSCRIPT_PREFIXES) + r")\s*:\s?(.*)$", re.I)
+_PREFIX_NAMES = ", ".join(f"'{p}:'" for p in TRANSCRIPT_PREFIXES)
+_ROLE_OF = {p.lower(): role for p, role in TRANSCRIPT_PREFIXES.items()}
 
 
 def parse_transcript(text: str) -> list[dict[str, Any]]:
@@ -123,9 +132,34 @@ def parse_transcript(text: str) -> list[dict[str, Any]]:
         elif out:
             out[-1]["content"] += "\n" + line
         elif line.strip():
-            raise ValidationError("transcript must start with 'User:' or 'Assistant:'")
+            raise ValidationError(f"a transcript's first line must start with one of {_PREFIX_NAMES} "
+                                  f"(any case), not {line.strip()[:40]!r}")
     for msg in out:
         msg["content"] = msg["content"].strip()
     if not out:
-        raise ValidationError("no 'User:' / 'Assistant:' lines found in the transcript")
+        raise ValidationError(f"no lines starting with {_PREFIX_NAMES} found in the transcript")
     return out
+
+
+def load_history(text: str) -> list[Any]:
+    """A conversation file's messages: JSON (a list of messages, or ``{"messages": [...]}``) or a
+    ``User: ...`` / ``Assistant: ...`` transcript.
+
+    Text that starts with ``[`` or ``{`` is JSON: a syntax error is reported with its line and
+    column. The messages themselves are validated by :func:`parse_messages`.
+    """
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: "
+                                  f"{exc.msg}") from None
+        if isinstance(data, dict):
+            if "messages" not in data:
+                raise ValidationError("a JSON object needs a 'messages' list "
+                                      f"(it has {', '.join(map(repr, data)) or 'no keys'})")
+            data = data["messages"]
+        if not isinstance(data, list):
+            raise ValidationError("messages must be a list of {role, content} objects")
+        return data
+    return parse_transcript(text)

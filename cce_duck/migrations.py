@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import duckdb
 
+from cce_duck import clock
 from cce_duck.sqlfiles import migration_files, schema_sql
 
 __all__ = ["SCHEMA_VERSION", "applied", "apply", "create_from_schema", "pending"]
@@ -17,10 +16,6 @@ _BOOKKEEPING = (
     "CREATE TABLE IF NOT EXISTS _cce_migrations "
     "(name VARCHAR PRIMARY KEY, applied_at TIMESTAMP NOT NULL)"
 )
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def applied(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -53,7 +48,7 @@ def apply(con: duckdb.DuckDBPyConnection, dim: int, stop_before: str | None = No
         con.execute("BEGIN")
         try:
             con.execute(sql.replace("@DIM@", str(dim)))
-            con.execute("INSERT INTO main._cce_migrations VALUES (?, ?)", [name, _now()])
+            con.execute("INSERT INTO main._cce_migrations VALUES (?, ?)", [name, clock.now()])
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
@@ -68,7 +63,7 @@ def create_from_schema(con: duckdb.DuckDBPyConnection, dim: int) -> None:
     try:
         con.execute(_BOOKKEEPING)
         con.execute(schema_sql().replace("@DIM@", str(dim)))
-        now = _now()
+        now = clock.now()
         for name, _ in migration_files():
             con.execute("INSERT INTO main._cce_migrations VALUES (?, ?)", [name, now])
         con.execute("COMMIT")

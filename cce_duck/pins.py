@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from cce_duck.derived import now, touch
+from cce_duck.clock import now
+from cce_duck.derived import touch
 from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.messages import MAX_CONTENT_CHARS
 from cce_duck.store import Store

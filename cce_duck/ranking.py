@@ -86,6 +86,8 @@ def spec() -> Spec:
     missing = [n for n in names if n not in doc]
     if missing:
         raise RuntimeError(f"{SPEC_FILE} lacks {', '.join(missing)}")
+    if not 0 < doc["tf_cap"] <= 32767 or not 0 < doc["vector_scale"] <= 127:
+        raise RuntimeError(f"{SPEC_FILE}: tf_cap must fit a SMALLINT and vector_scale an int8")
     return Spec(**{n: doc[n] for n in names}, sha256=hashlib.sha256(raw).hexdigest())
 
 

@@ -8,14 +8,13 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
 
-from cce_duck import dbfile, migrations
+from cce_duck import clock, dbfile, migrations, sandbox
 from cce_duck.cipher import (
     MARKER_FILE,
     PLAIN_JOURNAL,
@@ -66,10 +65,6 @@ _NOT_ENCRYPTED = re.compile(r"key is explicitly specified, but database .* is no
 #: same file in a process, and with it the Python UDFs: a second store on the file could not
 #: register them, and a UDF left behind by a closed connection crashes the process when called.
 _OPEN_FILES: set[str] = set()
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Store:
@@ -143,6 +138,7 @@ class Store:
             else:
                 con = dbfile.connect(self.path, read_only=self.read_only)
             self._limit_memory(con)
+            sandbox.seal(con, self.data_dir)  # last: no file, extension or setting after this
             return con
         except duckdb.IOException as exc:
             if _LOCK.search(str(exc)):
@@ -213,7 +209,7 @@ class Store:
                 "schema_version": str(migrations.SCHEMA_VERSION),
                 "embedder": emb.name,
                 "dim": str(emb.dim),
-                "created_at": _now().isoformat(),
+                "created_at": clock.now().isoformat(),
                 "created_by": f"cce_duck {__version__}",
                 "encrypted": "true" if self.folder_key is not None else "false",
             }

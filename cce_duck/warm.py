@@ -8,8 +8,9 @@ the higher of the two, retrieval counts added). The newest quarter of the cap is
 
 from __future__ import annotations
 
+from cce_duck.clock import now
 from cce_duck.config import Config
-from cce_duck.derived import note_fields, now, run_script, touch, write_notes
+from cce_duck.derived import note_fields, run_script, touch, write_notes
 from cce_duck.store import Store
 
 __all__ = ["enforce_cap", "protected"]

@@ -8,106 +8,31 @@ on open skips what the tables already hold, so nothing is lost or stored twice.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from cce_duck import ranking, topics
+from cce_duck import clock, topics
 from cce_duck.config import Config
-from cce_duck.embedders.base import CachedEmbedder, Matrix
+from cce_duck.derived import write_notes
+from cce_duck.embedders.base import Matrix
 from cce_duck.errors import CCEError, ConflictError
 from cce_duck.memory import release_free_memory
 from cce_duck.messages import Message
+from cce_duck.rows import TurnRows, registered, vectors_of
 from cce_duck.store import Store
 from cce_duck.summariser import FreshNote, Summariser
-from cce_duck.text import cached_terms, estimate_tokens, is_filler, split_sentences
+from cce_duck.text import estimate_tokens
 
-__all__ = ["JOURNAL_FILE", "TextAnalysis", "Writer", "analyse_text", "content_hash", "quantize", "vectors_of"]
+__all__ = ["JOURNAL_FILE", "Writer"]
 
 JOURNAL_FILE = "journal.jsonl"
 DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need them only when a
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
-
-
-def content_hash(role: str, text: str) -> int:
-    """A stable 64-bit hash of a message (for de-duplication on re-ingestion)."""
-    digest = hashlib.blake2b(f"{role}\0{text}".encode("utf-8", "surrogatepass"), digest_size=8)
-    return int.from_bytes(digest.digest(), "little")
-
-
-def quantize(mat: Matrix) -> pa.FixedSizeListArray:
-    """Unit vectors as int8 fixed-size lists (``vector_scale`` times, rounded and clipped to
-    that scale): a quarter of float32's bytes."""
-    scale = ranking.spec().vector_scale
-    q = np.clip(np.rint(mat * float(scale)), -scale, scale).astype(np.int8)
-    return pa.FixedSizeListArray.from_arrays(pa.array(q.ravel(), pa.int8()), mat.shape[1])
-
-
-def vectors_of(column: Any, dim: int) -> Matrix:
-    """Float32 matrix from an Arrow column of int8 fixed-size lists."""
-    arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
-    if len(arr) == 0:
-        return np.empty((0, dim), dtype=np.float32)
-    flat = np.asarray(arr.flatten(), dtype=np.float32)
-    return (flat.reshape(len(arr), dim) / float(ranking.spec().vector_scale)).astype(np.float32)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-@dataclass(frozen=True)
-class TextAnalysis:
-    """What is derived from one message's text: BM25 terms, size, sentence spans, vectors."""
-
-    words: list[str]                       # BM25 terms (the speaker's name included)
-    tokens: int                            # token estimate of the text
-    spans: list[tuple[int, int]]           # sentences that get their own vector
-    sent_nos: list[int]                    # their positions among the message's sentences
-    whole: Matrix                          # (1, dim) message vector
-    parts: Matrix                          # (len(spans), dim) sentence vectors
-    sentences: list[tuple[str, list[str]]]  # every sentence with its terms
-
-
-def analyse_text(emb: CachedEmbedder, config: Config, text: str, speaker: str | None
-                 ) -> TextAnalysis:
-    """Derive a turn's terms, size and vectors: the one definition the write path, corrections
-    and imports share."""
-    sentences = split_sentences(text)
-    # Sentences cover every word of the message: tokenise each once, for BM25 and micro.
-    per_sentence = [(s.text, list(cached_terms(s.text))) for s in sentences]
-    # who said it is part of what a turn is about ("what did Maria decide?")
-    words = [w for _, ws in per_sentence for w in ws] + (list(cached_terms(speaker)) if speaker
-                                                          else [])
-    tokens = estimate_tokens(text)
-    # A long message's sentences get vectors of their own, pleasantries ("Oh wow!", "Thanks!")
-    # excepted: they answer no question, and a quote leaves them out.
-    kept = ([(no, s) for no, s in enumerate(sentences) if not is_filler(s.text)]
-            if len(sentences) > 1 and tokens >= config.sentence_min_tokens else [])
-    spans = [(s.start, s.end) for _, s in kept]
-    # Embedded as "Speaker: text" (sentence spans shifted to match), like the BM25 terms.
-    prefix = f"{speaker}: " if speaker else ""
-    whole, parts = emb.embed_message(
-        prefix + text, [(a + len(prefix), z + len(prefix)) for a, z in spans])
-    return TextAnalysis(words, tokens, spans, [no for no, _ in kept], whole, parts, per_sentence)
-
-
-@dataclass
-class _Batch:
-    sessions: dict[str, int] = field(default_factory=dict)
-    turns: list[dict[str, Any]] = field(default_factory=list)
-    mvec: list[Matrix] = field(default_factory=list)
-    mvec_keys: list[tuple[str, int]] = field(default_factory=list)
-    svec: list[Matrix] = field(default_factory=list)
-    svec_rows: list[tuple[str, int, int, int, int]] = field(default_factory=list)
-    post: list[tuple[str, str, int, int]] = field(default_factory=list)
 
 
 class Writer:
@@ -206,24 +131,24 @@ class Writer:
         """
         if not self._buffer and not finish and not (counts and self._retrieved):
             return
-        batch = self._prepare(self._buffer)
+        sessions, rows = self._prepare(self._buffer)
         finish = finish or set()
         before = self.store.generation
         self._fresh = []
         try:
             with self.store.transaction() as con:
-                if batch.turns:
-                    self._insert(con, batch)
+                if rows.turns:
+                    self._insert(con, sessions, rows)
                 if self._retrieved:
                     self._bump(con)
-                for sid in sorted(set(batch.sessions) | finish):
+                for sid in sorted(set(sessions) | finish):
                     self._compress(con, sid, finish=sid in finish,
                                    hot_too=hot_too and sid in finish)
         except BaseException:
             self._fresh = []
             raise
         self._buffer = []
-        if len(batch.turns) >= self.config.flush_every:
+        if len(rows.turns) >= self.config.flush_every:
             release_free_memory()  # a full batch frees its Arrow tables and strings at once
         if self._journal is not None and self._journal.exists():
             with self._journal.open("w", encoding="utf-8"):
@@ -233,7 +158,7 @@ class Writer:
                 self._summarise()
         finally:  # (also when a warning is raised as an error or the call is interrupted)
             if self.on_flush is not None:
-                self.on_flush(before, self.store.generation, set(batch.sessions) | finish)
+                self.on_flush(before, self.store.generation, set(sessions) | finish)
 
     def _summarise(self) -> None:
         """Model summaries for the notes just committed, swapped in by a second transaction.
@@ -257,12 +182,8 @@ class Writer:
             "summary_tokens": pa.array([estimate_tokens(new[i]) for i in ids], pa.int32()),
         })
         try:
-            with self.store.transaction() as con:
-                con.register("_b_summ", tbl)
-                try:
-                    self.store.q("set_note_summaries")
-                finally:
-                    con.unregister("_b_summ")
+            with self.store.transaction() as con, registered(con, _b_summ=tbl):
+                self.store.q("set_note_summaries")
         except Exception as exc:  # the notes keep their extractive summaries
             self.summariser.warn(f"{len(ids)} model summaries were not stored: {exc}")
 
@@ -272,97 +193,41 @@ class Writer:
 
     def _bump(self, con: Any) -> None:
         keys = list(self._retrieved)
-        con.register("_b_bump", pa.table({
-            "session_id": [k[0] for k in keys], "note_id": pa.array([k[1] for k in keys], pa.int64()),
-            "n": pa.array([self._retrieved[k] for k in keys], pa.int32())}))
-        try:
+        with registered(con, _b_bump=pa.table({
+                "session_id": [k[0] for k in keys],
+                "note_id": pa.array([k[1] for k in keys], pa.int64()),
+                "n": pa.array([self._retrieved[k] for k in keys], pa.int32())})):
             self.store.q("bump_retrieval_batch")
-        finally:
-            con.unregister("_b_bump")
         self._retrieved.clear()
 
     def pending_count(self) -> int:
         """Messages journaled but not yet in the tables."""
         return len(self._buffer)
 
-    def _prepare(self, items: list[tuple[str, int, Message]]) -> _Batch:
-        b = _Batch()
-        emb = self.store.embedder
+    def _prepare(self, items: list[tuple[str, int, Message]]) -> tuple[dict[str, int], TurnRows]:
+        """Next turn numbers per session, and the rows of ``items``."""
+        sessions: dict[str, int] = {}
+        rows = TurnRows()
         for sid, n, m in items:
-            a = analyse_text(emb, self.config, m.content, m.speaker)
-            words, tokens, spans, whole, parts = a.words, a.tokens, a.spans, a.whole, a.parts
-            tf = Counter(words)
-            b.sessions[sid] = max(b.sessions.get(sid, 0), n + 1)
-            b.turns.append({
-                "session_id": sid, "turn_no": n, "role": m.role, "speaker": m.speaker,
-                "content": m.content, "ts": m.ts, "tokens": tokens, "n_terms": len(words),
-                "content_hash": content_hash(m.role, m.content),
-                "micro": topics.micro(topics.TopicTurn(n, m.role, m.speaker, m.content, m.ts),
-                                      sentences=a.sentences),
-                "note_id": None,
-            })
-            b.mvec.append(whole)
-            b.mvec_keys.append((sid, n))
-            for j, (start, end) in zip(a.sent_nos, spans, strict=True):
-                b.svec_rows.append((sid, n, j, start, end))
-            if spans:
-                b.svec.append(parts)
-            b.post.extend((sid, term, n, ranking.stored_tf(c)) for term, c in tf.items())
-        return b
+            sessions[sid] = max(sessions.get(sid, 0), n + 1)
+            rows.add(self.store.embedder, self.config, sid, n, m.role, m.speaker, m.content, m.ts)
+        return sessions, rows
 
-    def _insert(self, con: Any, b: _Batch) -> None:
-        now = _now()
+    def _insert(self, con: Any, sessions: dict[str, int], rows: TurnRows) -> None:
+        now = clock.now()
         sess = pa.table({
-            "session_id": list(b.sessions), "created_at": [now] * len(b.sessions),
-            "updated_at": [now] * len(b.sessions),
-            "next_turn": pa.array(list(b.sessions.values()), pa.int32()),
+            "session_id": list(sessions), "created_at": [now] * len(sessions),
+            "updated_at": [now] * len(sessions),
+            "next_turn": pa.array(list(sessions.values()), pa.int32()),
         })
-        turns = pa.Table.from_pylist(b.turns, schema=pa.schema([
-            ("session_id", pa.string()), ("turn_no", pa.int32()), ("role", pa.string()),
-            ("speaker", pa.string()), ("content", pa.string()), ("ts", pa.timestamp("us")),
-            ("tokens", pa.int32()), ("n_terms", pa.int32()), ("content_hash", pa.uint64()),
-            ("micro", pa.string()), ("note_id", pa.int64()),
-        ]))
-        mvec = pa.table({
-            "session_id": [k[0] for k in b.mvec_keys],
-            "turn_no": pa.array([k[1] for k in b.mvec_keys], pa.int32()),
-            "vector": quantize(np.vstack(b.mvec)),
-        })
-        for name, tbl in (("_b_sessions", sess), ("_b_turns", turns), ("_b_mvec", mvec)):
-            con.register(name, tbl)
-        try:
+        with registered(con, _b_sessions=sess):
             self.store.q("upsert_sessions")
-            self.store.q("insert_turns")
-            self.store.q("insert_message_vectors")
-            if b.svec_rows:
-                cols = list(zip(*b.svec_rows, strict=True))
-                svec = pa.table({
-                    "session_id": list(cols[0]), "turn_no": pa.array(cols[1], pa.int32()),
-                    "sent_no": pa.array(cols[2], pa.int16()),
-                    "start_char": pa.array(cols[3], pa.int32()),
-                    "end_char": pa.array(cols[4], pa.int32()),
-                    "vector": quantize(np.vstack(b.svec)),
-                })
-                con.register("_b_svec", svec)
-                self.store.q("insert_sentence_vectors")
-                con.unregister("_b_svec")
-            for sid in b.sessions:
-                if sid in self._df:
-                    df, docs = self._df[sid]
-                    df.update(p[1] for p in b.post if p[0] == sid)
-                    self._df[sid] = (df, docs + sum(1 for t in b.turns if t["session_id"] == sid))
-            if b.post:
-                cols = list(zip(*b.post, strict=True))
-                post = pa.table({
-                    "session_id": list(cols[0]), "term": list(cols[1]),
-                    "turn_no": pa.array(cols[2], pa.int32()), "tf": pa.array(cols[3], pa.int16()),
-                })
-                con.register("_b_post", post)
-                self.store.q("insert_postings")
-                con.unregister("_b_post")
-        finally:
-            for name in ("_b_sessions", "_b_turns", "_b_mvec"):
-                con.unregister(name)
+        rows.insert(self.store)
+        for sid in sessions:
+            if sid in self._df:
+                df, docs = self._df[sid]
+                df.update(p[1] for p in rows.post if p[0] == sid)
+                self._df[sid] = (df, docs + sum(1 for t in rows.turns if t["session_id"] == sid))
 
     # -- compression --------------------------------------------------------
 
@@ -406,9 +271,8 @@ class Writer:
                      rows: list[dict[str, Any]], vecs: Matrix, groups: list[list[int]]) -> None:
         df, n_docs = self._term_df(sid)
         ids = [r[0] for r in self.store.q("next_note_ids", {"n": len(groups)}).fetchall()]
-        now = _now()
+        now = clock.now()
         notes: list[dict[str, Any]] = []
-        note_vecs: list[Matrix] = []
         mapping: list[tuple[str, int, int]] = []
         for note_id, idx in zip(ids, groups, strict=True):
             part = [turns[i] for i in idx]
@@ -420,25 +284,18 @@ class Writer:
                 "label": topics.label(part, df, n_docs), "summary": summary,
                 "raw_tokens": sum(int(rows[i]["tokens"]) for i in idx),
                 "summary_tokens": estimate_tokens(summary), "level": 0, "retrieval_count": 0,
-                "created_at": now,
+                "created_at": now, "vector": topics.unit(v.mean(axis=0)),
             })
-            note_vecs.append(topics.unit(v.mean(axis=0))[None, :])
             mapping.extend((sid, t.turn_no, note_id) for t in part)
             if self.summariser is not None:
                 self._fresh.append(FreshNote(sid, note_id, tuple(part), notes[-1]["raw_tokens"],
                                              summary))
-        tbl = pa.Table.from_pylist(notes).append_column("vector", quantize(np.vstack(note_vecs)))
+        write_notes(self.store, notes, insert=True)
         cols = list(zip(*mapping, strict=True))
         mp = pa.table({"session_id": list(cols[0]), "turn_no": pa.array(cols[1], pa.int32()),
                        "note_id": pa.array(cols[2], pa.int64())})
-        con.register("_b_notes", tbl)
-        con.register("_b_map", mp)
-        try:
-            self.store.q("insert_notes")
+        with registered(con, _b_map=mp):
             self.store.q("assign_notes" if self.config.keep_raw_turns else "assign_notes_drop_raw")
-        finally:
-            con.unregister("_b_notes")
-            con.unregister("_b_map")
 
     def close_journal(self) -> None:
         """Flush what is buffered (called on close)."""

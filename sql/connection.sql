@@ -1,4 +1,4 @@
--- Statements that open and convert encrypted data folders. Each block: "-- name: <name>", a
+-- Statements that open, seal and convert data folders. Each block: "-- name: <name>", a
 -- description, the SQL. {placeholders} are filled by cce_duck.sqlfiles.statement with quoted
 -- SQL literals or identifiers (DuckDB takes no parameters in these statements).
 
@@ -54,3 +54,43 @@ WHERE database_name = {value} AND schema_name = 'main' AND table_name = 'cce_met
 -- name: checkpoint
 -- Write a catalog's WAL into its file.
 CHECKPOINT {name};
+
+-- name: sandbox_no_autoload
+-- The sandbox: no extension is loaded because a function or file asked for it.
+SET autoload_known_extensions = false;
+
+-- name: sandbox_no_autoinstall
+-- The sandbox: no extension is ever downloaded.
+SET autoinstall_known_extensions = false;
+
+-- name: sandbox_no_community
+-- The sandbox: no community extension either.
+SET allow_community_extensions = false;
+
+-- name: sandbox_no_spill
+-- The sandbox of an in-memory store: no temporary (spill) files at all.
+SET temp_directory = '';
+
+-- name: sandbox_allowed_directory
+-- The sandbox: the one folder file access may reach once external access is off (path ends in /).
+SET allowed_directories = [{path}];
+
+-- name: sandbox_no_external_access
+-- The sandbox: no file outside the allowed folder, no URL, no extension loading. Final.
+SET enable_external_access = false;
+
+-- name: sandbox_lock_configuration
+-- The sandbox: no setting may change any more. Final.
+SET lock_configuration = true;
+
+-- name: sandbox_parse_tree
+-- DuckDB's parse tree of a SELECT statement, as JSON (the read-only check walks it).
+SELECT json_serialize_sql($1);
+
+-- name: sandbox_begin_read_only
+-- A transaction in which DuckDB refuses every write (the read-only SQL runs in it).
+BEGIN TRANSACTION READ ONLY;
+
+-- name: sandbox_rollback
+-- End the read-only transaction, whatever happened in it.
+ROLLBACK;

@@ -65,6 +65,17 @@ SELECT count(*) FROM main.turns WHERE session_id = $sid;
 -- Reserve note ids.
 SELECT nextval('note_ids') AS id FROM range($n);
 
+-- name: session_history
+-- Every stored turn of a session as a message, oldest first (a turn whose raw text was dropped
+-- after compression gives its one-line summary).
+SELECT role, coalesce(content, micro) AS content, speaker AS name, turn_no
+FROM main.turns WHERE session_id = $sid ORDER BY turn_no;
+
+-- name: latest_user_message
+-- Text of a session's latest user message (its summary line when the raw text was dropped).
+SELECT coalesce(content, micro) FROM main.turns
+WHERE session_id = $sid AND role = 'user' ORDER BY turn_no DESC LIMIT 1;
+
 -- name: turn_hashes
 -- Role and content hash of every turn of a session, in order (for idempotent re-ingestion).
 SELECT turn_no, role, content_hash FROM main.turns WHERE session_id = $sid ORDER BY turn_no;

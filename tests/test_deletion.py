@@ -9,7 +9,6 @@ from conftest import topic_messages
 from fastapi.testclient import TestClient
 
 from cce_duck import Engine, NotFoundError, ValidationError
-from cce_duck.deletion import delete_session
 from cce_duck.server.keys import KeyRing
 from cce_duck.server.rest import create_app
 
@@ -20,7 +19,7 @@ def test_delete_session_removes_rows_and_bytes(data_dir: Path) -> None:
         eng.pin("gone", "PINZQX text")
         eng.close_session("gone")
         eng.ingest("kept", topic_messages())
-        counts = delete_session(eng, "gone")
+        counts = eng.delete_session("gone")
         assert counts["turns"] == 20
         assert counts["sessions"] == 1
         assert counts["pins"] == 1
@@ -30,9 +29,9 @@ def test_delete_session_removes_rows_and_bytes(data_dir: Path) -> None:
             assert eng.sql(f"SELECT count(*) FROM {table} WHERE session_id = 'gone'").item() == 0
         assert eng.stats("kept").to_dicts()[0]["turns"] == 20
         with pytest.raises(NotFoundError):
-            delete_session(eng, "gone")
+            eng.delete_session("gone")
         with pytest.raises(ValidationError):
-            delete_session(eng, "../x")
+            eng.delete_session("../x")
         assert eng.add_message("gone", "user", "a new start") == 0
     for path in data_dir.iterdir():
         if path.is_file():

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from cce_duck import Engine, NotFoundError
-from cce_duck.deletion import delete_session
 
 SAMPLE = Path(__file__).resolve().parents[1] / "cce_duck" / "data" / "sample_conversation.json"
 QUESTIONS = [
@@ -202,6 +201,6 @@ def test_unchanged_session_is_answered_without_asking_the_store(
     assert "zanzibar" in file_engine.context("s", "zanzibar protocol").to_string()
     assert asked.count("session_state") == 2
     file_engine.context("t", "gardening")
-    delete_session(file_engine, "t")
+    file_engine.delete_session("t")
     with pytest.raises(NotFoundError):
         file_engine.context("t", "gardening")

@@ -172,12 +172,14 @@ def test_shared_engine_per_data_folder(tmp_path: Path) -> None:
 
 def test_clear_forgets_the_session_only(history: CCEChatMessageHistory, file_engine: Engine) -> None:
     file_engine.add_message("other", "user", "Keep me: the other session.")
+    file_engine.pin("lighthouse", "A pin of the cleared session.")
     history.clear()
     assert history.all_messages() == []
     assert history.messages == []
-    assert file_engine.notes("lighthouse").is_empty()
+    assert file_engine.sessions()["session_id"].to_list() == ["other"]  # deleted, pins and all
     assert file_engine.turns("other").height == 1
     history.add_user_message("Starting again after the clear.")
     assert [m.content for m in history.all_messages()] == ["Starting again after the clear."]
-    assert file_engine.turns("lighthouse")["turn_no"].to_list() == [36]  # numbers never go back
+    assert file_engine.turns("lighthouse")["turn_no"].to_list() == [0]  # a new session
+    assert file_engine.pins("lighthouse").is_empty()
     CCEChatMessageHistory("never-used", engine=file_engine).clear()  # nothing to do, no error

@@ -77,8 +77,10 @@ def test_wheel_installs_and_runs(tmp_path: Path) -> None:
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, src / name)
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist)], src, env)
+    built = _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist)], src, env)
     (wheel,) = dist.glob("cce_duck-*.whl")
+    # every shipped folder is a declared package: setuptools has nothing to warn about
+    assert "absent from the `packages` configuration" not in built.stdout + built.stderr
 
     # 2. the wheel holds the SQL, the data and the entry point
     with zipfile.ZipFile(wheel) as zf:
@@ -98,6 +100,7 @@ def test_wheel_installs_and_runs(tmp_path: Path) -> None:
         assert "cce_duck/dashboard/app.py" in names
         (ep,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         assert "cce = cce_duck.cli:main" in zf.read(ep).decode()
+        assert "cce-mcp = cce_duck.cli.serve:mcp_main" in zf.read(ep).decode()
 
     # 3. a fresh venv with the wheel and its dependencies (no source tree on the path)
     venv = tmp_path / "venv"
@@ -118,4 +121,6 @@ def test_wheel_installs_and_runs(tmp_path: Path) -> None:
     demo = _run([str(cce), "demo"], work, env_auto, timeout=600).stdout
     assert "context:" in demo
     assert "(cap 300)" in demo
+    assert "temporary" in demo
+    assert "--data-dir" in demo
     assert not (work / ".cce_data").exists(), "the demo keeps its data in a temporary folder"

@@ -28,32 +28,38 @@ def folder(tmp_path: Path) -> Path:
 
 
 def test_shell_lines(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with Engine(data_dir=folder, embedder="hash", read_only=True) as eng:
-        lines: list[str] = []
-        shell = Shell(LocalBackend(eng, write=False), Format.json, echo=lines.append)
-        shell.feed("SELECT turn_no,")
-        assert shell.prompt.strip() == "...>"
-        shell.feed("  role FROM turns")
-        shell.feed("WHERE turn_no = 4;")
-        assert json.loads(capsys.readouterr().out) == [{"turn_no": 4, "role": "user"}]
-        shell.feed(".macros")
-        text = "\n".join(lines)
-        assert "cce_retrieve(sid, query" in text
-        assert "Purpose:" in text
-        shell.feed(".tables")
-        names = {r["name"] for r in json.loads(capsys.readouterr().out)}
-        assert {"turns", "notes", "sessions", "pins"} <= names
-        shell.feed("DELETE FROM turns;")
-        assert "only SELECT" in capsys.readouterr().err
-        shell.feed("SELEC oops;")
-        assert "error" in capsys.readouterr().err
-        shell.feed(".format csv")
-        shell.feed("SELECT count(*) AS n FROM turns;")
-        assert capsys.readouterr().out.split() == ["n", "20"]
-        shell.feed(".bogus")
-        assert "unknown command" in capsys.readouterr().err
-        shell.feed(".quit")
-        assert shell.done
+    lines: list[str] = []
+    shell = Shell(LocalBackend(folder, write=False), Format.json, echo=lines.append)
+    shell.feed("SELECT turn_no,")
+    assert shell.prompt.strip() == "...>"
+    shell.feed("  role FROM turns")
+    shell.feed("WHERE turn_no = 4;")
+    assert json.loads(capsys.readouterr().out) == [{"turn_no": 4, "role": "user"}]
+    shell.feed(".macros")
+    text = "\n".join(lines)
+    assert "cce_retrieve(sid, query" in text
+    assert "Purpose:" in text
+    shell.feed(".tables")
+    names = {r["name"] for r in json.loads(capsys.readouterr().out)}
+    assert {"turns", "notes", "sessions", "pins"} <= names
+    shell.feed("DELETE FROM turns;")
+    assert "only SELECT" in capsys.readouterr().err
+    shell.feed("SELEC oops;")
+    assert "error" in capsys.readouterr().err
+    shell.feed(".format csv")
+    shell.feed("SELECT count(*) AS n FROM turns;")
+    assert capsys.readouterr().out.split() == ["n", "20"]
+    shell.feed(".bogus")
+    assert "unknown command" in capsys.readouterr().err
+    # between statements the shell holds nothing: another writer can use the folder
+    with Engine(data_dir=folder, embedder="hash") as eng:
+        eng.pin("s1", "[red]kept[/red] as written")
+    shell.feed(".format json")
+    shell.feed("SELECT text FROM pins;")
+    assert json.loads(capsys.readouterr().out) == [{"text": "[red]kept[/red] as written"}]
+    shell.feed(".quit")
+    assert shell.done
+    with Engine(data_dir=folder, embedder="hash") as eng:
         assert eng.sql("SELECT count(*) FROM turns").item() == 20
 
 
@@ -62,9 +68,8 @@ def test_prompt_toolkit_loop_with_history(folder: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     history = tmp_path / "history"
     monkeypatch.setenv("CCE_SQL_HISTORY", str(history))
-    with Engine(data_dir=folder, embedder="hash", read_only=True) as eng, \
-            create_pipe_input() as pipe:
-        shell = Shell(LocalBackend(eng, write=False), Format.json, echo=lambda _: None)
+    with create_pipe_input() as pipe:
+        shell = Shell(LocalBackend(folder, write=False), Format.json, echo=lambda _: None)
         pipe.send_text("SELECT count(*) AS n\r")
         pipe.send_text("FROM notes;\r")
         pipe.send_text(".quit\r")

@@ -10,9 +10,8 @@ from typing import Annotated
 import typer
 
 from cce_duck.cli.common import DataDir, EmbedderOpt, _engine, _fail, app
-from cce_duck.cli.output import console
+from cce_duck.cli.output import say
 from cce_duck.config import Config
-from cce_duck.errors import CCEError
 
 __all__ = ["decrypt", "encrypt", "export", "import_"]
 
@@ -33,12 +32,9 @@ def export(
     data_dir: DataDir = None,
 ) -> None:
     """Write one session (turns, notes, pins, summary) to a file."""
-    try:
-        with _engine(data_dir, read_only=True) as eng:
-            out = eng.export_session(session, path, format=fmt.value)
-    except CCEError as exc:
-        raise _fail(exc) from None
-    console.print(f"exported {session!r} to {out}")
+    with _engine(data_dir, read_only=True) as eng:
+        out = eng.export_session(session, path, format=fmt.value)
+    say(f"exported {session!r} to {out}")
 
 
 @app.command("import")
@@ -50,12 +46,9 @@ def import_(
     embedder: EmbedderOpt = None,
 ) -> None:
     """Restore an exported session into the data folder (never merges into an existing one)."""
-    try:
-        with _engine(data_dir, embedder) as eng:
-            sid = eng.import_session(path, session_id=session)
-    except CCEError as exc:
-        raise _fail(exc) from None
-    console.print(f"imported session {sid!r}")
+    with _engine(data_dir, embedder) as eng:
+        sid = eng.import_session(path, session_id=session)
+    say(f"imported session {sid!r}")
 
 
 Passphrase = Annotated[str | None, typer.Option(
@@ -85,11 +78,8 @@ def encrypt(passphrase: Passphrase = None, data_dir: DataDir = None) -> None:
     from cce_duck.encryption import encrypt_folder
 
     folder = _folder(data_dir)
-    try:
-        encrypt_folder(folder, _passphrase(passphrase, confirm=True))
-    except CCEError as exc:
-        raise _fail(exc) from None
-    console.print(f"encrypted {folder}; open it with CCE_ENCRYPTION_KEY from now on")
+    encrypt_folder(folder, _passphrase(passphrase, confirm=True))
+    say(f"encrypted {folder}; open it with CCE_ENCRYPTION_KEY from now on")
 
 
 @app.command()
@@ -98,8 +88,5 @@ def decrypt(passphrase: Passphrase = None, data_dir: DataDir = None) -> None:
     from cce_duck.encryption import decrypt_folder
 
     folder = _folder(data_dir)
-    try:
-        decrypt_folder(folder, _passphrase(passphrase, confirm=False))
-    except CCEError as exc:
-        raise _fail(exc) from None
-    console.print(f"decrypted {folder}")
+    decrypt_folder(folder, _passphrase(passphrase, confirm=False))
+    say(f"decrypted {folder}")

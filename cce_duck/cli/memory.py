@@ -8,58 +8,85 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import polars as pl
 import typer
 
 from cce_duck.cli.common import DataDir, JsonOpt, _engine, _fail, app
-from cce_duck.cli.output import Format, console, print_frame, print_json
+from cce_duck.cli.output import Format, cell, print_frame, print_json, print_record, say
+from cce_duck.cli.reading import MaxTokens
+from cce_duck.cli.remote import reader
 from cce_duck.config import Config
 from cce_duck.errors import CCEError
+from cce_duck.payload import ContextPayload
 from cce_duck.store import DB_FILE
 
-__all__ = ["compact", "forget", "inspect", "pin", "pins", "unpin"]
+__all__ = ["EXPLAIN_COLUMNS", "EXPLAIN_ROWS", "NOTE_COLUMNS", "compact", "forget", "inspect", "pin",
+           "pins", "unpin"]
 
-Session = Annotated[str, typer.Argument(help="Session id.")]
+Session = Annotated[str, typer.Argument(help="Session id.", show_default=False)]
 
 
 def _fmt(as_json: bool) -> Format:
     return Format.json if as_json else Format.table
 
 
+#: The columns ``cce inspect SESSION`` shows (``--json`` gives them all).
+NOTE_COLUMNS = ["note_id", "turns", "label", "summary"]
+
+
+#: Columns of the explain lists ``cce inspect --query`` shows (``--json`` gives all), and how many
+#: rows of each.
+EXPLAIN_COLUMNS = {
+    "hits": ["rank", "turn_no", "note_id", "role", "dense", "bm25", "recency", "fused"],
+    "chosen": ["note_id", "start_turn", "end_turn", "label", "quotes"],
+}
+EXPLAIN_ROWS = 10
+
+
+def _explained(payload: ContextPayload, query: str) -> None:
+    explain = payload.explain or {}
+    say(f"{payload.tokens} tokens of context (full history {payload.full_tokens}) for: {query}", "bold")
+    for key, value in explain.items():
+        if isinstance(value, dict):
+            print_record(value, title=key)
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            df = pl.DataFrame(value, strict=False, infer_schema_length=None)
+            shown = [c for c in EXPLAIN_COLUMNS.get(key, df.columns) if c in df.columns]
+            print_frame(df.select(shown).head(EXPLAIN_ROWS), title=key)
+            if df.height > EXPLAIN_ROWS:
+                say(f"... {df.height - EXPLAIN_ROWS} more {key} (--json shows all)", "dim")
+        else:
+            say(f"{key}: {cell(value) if value not in ([], None) else '-'}")
+
+
 @app.command()
 def inspect(
-    session: Annotated[str | None, typer.Argument(help="Session id (all sessions when omitted).")] = None,
+    session: Annotated[str | None, typer.Argument(help="Session id.", show_default="all sessions")
+                       ] = None,
     query: Annotated[str | None, typer.Option("--query", "-q", help="Explain the context of a question.")
                      ] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-m", help="Token cap.")] = None,
+    max_tokens: MaxTokens = None,
     as_json: JsonOpt = False,
     data_dir: DataDir = None,
 ) -> None:
     """Sessions; a session's notes; or, with --query, why a question gets its context."""
     if query is not None and session is None:
         raise _fail(ValueError("--query needs a SESSION"))
-    try:
-        with _engine(data_dir, read_only=True) as eng:
-            if session is None:
-                print_frame(eng.sessions(), _fmt(as_json), title="sessions")
-            elif query is None:
-                print_frame(eng.overview(session), _fmt(as_json), title=f"notes of {session}")
+    with reader(data_dir, read_only=True) as r:
+        if session is None:
+            print_frame(r.sessions(), _fmt(as_json), title="sessions")
+        elif query is None:
+            notes = r.overview(session)
+            if not as_json:
+                notes = notes.with_columns(turns=pl.format("{}-{}", "start_turn", "end_turn"))
+                notes = notes.select([c for c in NOTE_COLUMNS if c in notes.columns])
+            print_frame(notes, _fmt(as_json), title=f"notes of {session}", wide=["summary"])
+        else:
+            payload = r.context(session, query, max_tokens=max_tokens, explain=True)
+            if as_json:
+                print_json(payload.to_dict())
             else:
-                payload = eng.context(session, query, max_tokens=max_tokens, explain=True)
-                if as_json:
-                    print_json(payload.to_dict())
-                    return
-                explain = payload.explain or {}
-                console.print(f"[bold]{payload.tokens}[/bold] tokens of context "
-                              f"(full history {payload.full_tokens}) for: {query}")
-                for key, value in explain.items():
-                    if isinstance(value, list) and value and isinstance(value[0], dict):
-                        import polars as pl
-
-                        print_frame(pl.DataFrame(value, strict=False), title=key)
-                    else:
-                        console.print(f"[bold]{key}[/bold]: {value}", highlight=False)
-    except CCEError as exc:
-        raise _fail(exc) from None
+                _explained(payload, query)
 
 
 @app.command()
@@ -71,25 +98,19 @@ def pin(
     data_dir: DataDir = None,
 ) -> None:
     """Keep a text (or a stored turn) first in every context of a session."""
-    try:
-        with _engine(data_dir) as eng:
-            pin_id = eng.pin(session, text, turn=turn)
-    except CCEError as exc:
-        raise _fail(exc) from None
+    with _engine(data_dir) as eng:
+        pin_id = eng.pin(session, text, turn=turn)
     if as_json:
         print_json({"session_id": session, "pin_id": pin_id})
     else:
-        console.print(f"pinned as {pin_id}")
+        say(f"pinned as {pin_id}")
 
 
 @app.command()
 def pins(session: Session, as_json: JsonOpt = False, data_dir: DataDir = None) -> None:
     """List a session's pins."""
-    try:
-        with _engine(data_dir, read_only=True) as eng:
-            df = eng.pins(session)
-    except CCEError as exc:
-        raise _fail(exc) from None
+    with _engine(data_dir, read_only=True) as eng:
+        df = eng.pins(session)
     print_frame(df, _fmt(as_json), title=f"pins of {session}")
 
 
@@ -97,15 +118,12 @@ def pins(session: Session, as_json: JsonOpt = False, data_dir: DataDir = None) -
 def unpin(session: Session, pin_id: Annotated[int, typer.Argument(help="Pin id (see 'cce pins').")],
           as_json: JsonOpt = False, data_dir: DataDir = None) -> None:
     """Remove a pin."""
-    try:
-        with _engine(data_dir) as eng:
-            eng.unpin(session, pin_id)
-    except CCEError as exc:
-        raise _fail(exc) from None
+    with _engine(data_dir) as eng:
+        eng.unpin(session, pin_id)
     if as_json:
         print_json({"session_id": session, "pin_id": pin_id, "removed": True})
     else:
-        console.print(f"removed pin {pin_id}")
+        say(f"removed pin {pin_id}")
 
 
 def _range(value: str | None) -> tuple[int, int] | None:
@@ -129,22 +147,19 @@ def forget(
 ) -> None:
     """Forget a note or a turn range for good (shows what goes, then asks unless --yes)."""
     span = _range(turns)
-    try:
-        with _engine(data_dir) as eng:
-            plan = eng.forget_plan(session, note_id=note, turns=span)
-            if not yes:
-                print_frame(plan, title="would be forgotten")
-                if not sys.stdin.isatty():
-                    raise _fail(ValueError("nothing forgotten: confirm with --yes"))
-                if not typer.confirm("Forget this for good?", default=False):
-                    raise _fail(ValueError("nothing forgotten"))
-            deleted = eng.forget(session, note_id=note, turns=span)
-    except CCEError as exc:
-        raise _fail(exc) from None
+    with _engine(data_dir) as eng:
+        plan = eng.forget_plan(session, note_id=note, turns=span)
+        if not yes:
+            print_frame(plan, title="would be forgotten")
+            if not sys.stdin.isatty():
+                raise _fail(ValueError("nothing forgotten: confirm with --yes"))
+            if not typer.confirm("Forget this for good?", default=False):
+                raise _fail(ValueError("nothing forgotten"))
+        deleted = eng.forget(session, note_id=note, turns=span)
     if as_json:
         print_json(deleted)
     else:
-        console.print("forgot " + ", ".join(f"{v} {k}" for k, v in deleted.items() if v))
+        say("forgot rows: " + (", ".join(f"{k} {v}" for k, v in deleted.items() if v) or "none"))
 
 
 @app.command()
@@ -153,12 +168,9 @@ def compact(as_json: JsonOpt = False, data_dir: DataDir = None) -> None:
     folder = data_dir if data_dir is not None else Config.from_env().data_dir
     if folder is None or not (Path(folder) / DB_FILE).exists():
         raise _fail(CCEError(f"no cce_duck store in {folder} (nothing to compact)"))
-    try:
-        with _engine(data_dir) as eng:
-            sizes = eng.compact()
-    except CCEError as exc:
-        raise _fail(exc) from None
+    with _engine(data_dir) as eng:
+        sizes = eng.compact()
     if as_json:
         print_json(sizes)
     else:
-        console.print(f"database file: {sizes['bytes_before']:,} -> {sizes['bytes_after']:,} bytes")
+        say(f"database file: {sizes['bytes_before']:,} -> {sizes['bytes_after']:,} bytes")

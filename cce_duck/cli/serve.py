@@ -10,9 +10,8 @@ import typer
 
 from cce_duck.cli.common import DataDir, EmbedderOpt, _fail, app
 from cce_duck.config import Config
-from cce_duck.errors import CCEError
 
-__all__ = ["serve_app", "serve_http"]
+__all__ = ["mcp_main", "serve_app", "serve_http"]
 
 serve_app = typer.Typer(help="Run a server over the data folder (needs the 'server' extra).",
                         no_args_is_help=True)
@@ -41,10 +40,7 @@ def serve_http(kind: str, module: str, factory: str, data_dir: DataDir, embedder
         create = getattr(importlib.import_module(module), factory)
     except ImportError as exc:
         raise _need_extra(exc) from None
-    try:
-        serve(kind, _config(data_dir, embedder), host, port, bind(create))
-    except CCEError as exc:
-        raise _fail(exc) from None
+    serve(kind, _config(data_dir, embedder), host, port, bind(create))
 
 
 @serve_app.command("rest")
@@ -82,7 +78,10 @@ def mcp(data_dir: DataDir = None, embedder: EmbedderOpt = None) -> None:
         from cce_duck.server.mcp_tools import run_stdio
     except ImportError as exc:
         raise _need_extra(exc) from None
-    try:
-        run_stdio(_config(data_dir, embedder))
-    except CCEError as exc:
-        raise _fail(exc) from None
+    run_stdio(_config(data_dir, embedder))
+
+
+def mcp_main() -> None:
+    """Entry point of the ``cce-mcp`` script: ``cce serve mcp`` with the folder of ``CCE_DATA_DIR``
+    (a missing 'server' extra is one line naming it, not a traceback)."""
+    typer.main.get_command(app).main(["serve", "mcp"], prog_name="cce-mcp")

@@ -2,9 +2,9 @@
 
 The shell keeps a history, reads multi-line statements (a statement ends with ``;``), prints
 results as tables (or CSV / JSON / Parquet) and knows ``.macros``, ``.tables``, ``.format``,
-``.help`` and ``.quit``. It opens the folder read-only unless ``--write``. When another process
-owns the folder and announced itself (``cce serve rest`` does), read-only queries go through that
-server's admin SQL endpoint instead.
+``.help`` and ``.quit``. It opens the folder only while a statement runs, read-only unless
+``--write``. When another process owns the folder and announced itself (``cce serve rest`` does),
+read-only queries go through that server's admin SQL endpoint instead.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ import polars as pl
 import typer
 
 from cce_duck.adhoc import TABLES_SQL, macro_listing, read_only_query
-from cce_duck.cli.common import DataDir, _engine, _fail, app
-from cce_duck.cli.output import Format, console, err_console, print_frame
-from cce_duck.config import Config
-from cce_duck.engine import Engine
+from cce_duck.cli.common import DataDir, _engine, _fail, app, cli_message, folder_of
+from cce_duck.cli.output import Format, console, print_frame, say
+from cce_duck.cli.remote import ServerClient, server_of
 from cce_duck.errors import CCEError, FolderInUseError
 
 __all__ = ["LocalBackend", "RemoteBackend", "Shell", "sql"]
@@ -45,41 +44,47 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """The data folder opened by this process (read-only unless ``--write``)."""
+    """The data folder, opened by this process only while a statement runs (read-only unless
+    ``--write``), so ``cce pin`` or a server can use the folder between statements. When a server
+    owns the folder, read-only statements go through it."""
 
-    def __init__(self, engine: Engine, write: bool) -> None:
-        self.engine = engine
+    def __init__(self, data_dir: Path | None, write: bool, key: str | None = None) -> None:
+        self.data_dir = data_dir
         self.write = write
+        self.key = key
         mode = "read-write" if write else "read-only"
-        self.label = f"{engine.config.data_dir} ({mode})"
+        self.label = f"{folder_of(data_dir)} ({mode})"
 
     def run(self, sql: str) -> pl.DataFrame:
-        if self.write:
-            return self.engine.sql(sql)
-        return read_only_query(self.engine, sql)
+        try:
+            eng = _engine(self.data_dir, read_only=not self.write)
+        except FolderInUseError as exc:
+            remote = _owner(self.data_dir, self.write, self.key, exc)
+            return remote.run(sql)
+        with eng:
+            return eng.sql(sql) if self.write else read_only_query(eng, sql)
 
 
 class RemoteBackend:
     """Read-only queries through the admin SQL endpoint of the server that owns the folder."""
 
     def __init__(self, url: str, key: str | None) -> None:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=120)
+        self.server = ServerClient(url, key)
         self.label = f"{url} (through the server, read-only)"
 
     def run(self, sql: str) -> pl.DataFrame:
-        r = self.client.post("/v1/admin/sql", json={"sql": sql})
-        try:
-            body: dict[str, Any] = r.json()
-        except ValueError:
-            raise CCEError(f"the server answered {r.status_code}: {r.text[:200]}") from None
-        if r.status_code != 200:
-            raise CCEError(body.get("error", {}).get("message", r.text[:200]))
-        cols: list[str] = body["columns"]
-        return pl.DataFrame([dict(zip(cols, row, strict=True)) for row in body["rows"]],
-                            schema=cols if not body["rows"] else None, strict=False)
+        return self.server.sql(sql)
+
+
+def _owner(data_dir: Path | None, write: bool, key: str | None, exc: FolderInUseError
+           ) -> RemoteBackend:
+    folder = folder_of(data_dir)
+    info = server_of(folder)
+    if info is None or write:
+        raise exc
+    say(f"{folder} is owned by the server at {info['url']} (PID {info.get('pid')}); running "
+        "read-only queries through it", "yellow", err=True)
+    return RemoteBackend(str(info["url"]), key)
 
 
 class Shell:
@@ -119,7 +124,7 @@ class Shell:
             df = self.backend.run(sql)
             print_frame(df, self.fmt, out=self.out)
         except Exception as exc:  # DuckDB and server errors: show them, keep the shell alive
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            say(f"error: {cli_message(exc)}", "red", err=True)
 
     def command(self, line: str) -> None:
         """A dot command."""
@@ -138,9 +143,9 @@ class Shell:
             try:
                 self.fmt = Format(arg.strip())
             except ValueError:
-                err_console.print("formats: table, csv, json, parquet")
+                say("formats: table, csv, json, parquet", err=True)
         else:
-            err_console.print(f"unknown command {name}; try .help", highlight=False)
+            say(f"unknown command {name}; try .help", err=True)
 
 
 def _history_file() -> Path:
@@ -174,26 +179,6 @@ def run_shell(shell: Shell, input: Any = None, output: Any = None) -> None:
         shell.feed(line)
 
 
-def _open(data_dir: Path | None, write: bool, server: str | None, key: str | None
-          ) -> tuple[Backend, Engine | None]:
-    if server:
-        return RemoteBackend(server, key), None
-    try:
-        eng = _engine(data_dir, read_only=not write)
-        return LocalBackend(eng, write), eng
-    except FolderInUseError as exc:
-        from cce_duck.server.run import running_server
-
-        folder = data_dir or Config.from_env().data_dir or Path(".cce_data")
-        info = running_server(folder)
-        if info is None or write:
-            raise
-        err_console.print(f"[yellow]{folder} is owned by the server at {info['url']} "
-                          f"(PID {info.get('pid')}); running read-only queries through it[/yellow]"
-                          f"\n[dim]({exc})[/dim]", highlight=False)
-        return RemoteBackend(str(info["url"]), key), None
-
-
 @app.command()
 def sql(
     query: Annotated[str | None, typer.Argument(
@@ -211,20 +196,14 @@ def sql(
     """Run SQL over the data folder, or start the interactive shell (read-only unless --write)."""
     if fmt is Format.parquet and not out:
         raise _fail(ValueError("--format parquet needs --out FILE"))
+    backend: Backend = RemoteBackend(server, key) if server else LocalBackend(data_dir, write, key)
+    if query is None:
+        run_shell(Shell(backend, fmt, out))
+        return
     try:
-        backend, eng = _open(data_dir, write, server, key)
-    except CCEError as exc:
+        df = backend.run(query)
+    except CCEError:
+        raise
+    except Exception as exc:  # DuckDB errors of --write statements: show them plainly
         raise _fail(exc) from None
-    try:
-        shell = Shell(backend, fmt, out)
-        if query is None:
-            run_shell(shell)
-            return
-        try:
-            df = backend.run(query)
-        except Exception as exc:  # DuckDB / server errors: show them plainly
-            raise _fail(exc) from None
-        print_frame(df, fmt, out=out)
-    finally:
-        if eng is not None:
-            eng.close()
+    print_frame(df, fmt, out=out)

@@ -12,8 +12,9 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from cce_duck.engine import Engine
+from cce_duck.server.deps import G, Sid, frame_rows
 from cce_duck.server.keys import KeyRing
-from cce_duck.server.rest import G, Sid, _rows, create_app
+from cce_duck.server.rest import create_app
 
 __all__ = ["STATIC", "create_dashboard_app", "router"]
 
@@ -27,13 +28,13 @@ router = APIRouter(prefix="/v1/sessions/{session_id}")
 def turns(sid: Sid, g: G) -> dict[str, Any]:
     """Every stored turn with its tier (hot, pending, compressed) and its note."""
     return {"session_id": sid, "hot_turns": g.engine.config.hot_tier_max_turns,
-            "turns": _rows(g.call(g.engine.turns, sid))}
+            "turns": frame_rows(g.call(g.engine.turns, sid))}
 
 
 @router.get("/notes", tags=["dashboard"])
 def notes(sid: Sid, g: G) -> dict[str, Any]:
     """The session's topic notes (warm tier) in conversation order."""
-    return {"session_id": sid, "notes": _rows(g.call(g.engine.notes, sid))}
+    return {"session_id": sid, "notes": frame_rows(g.call(g.engine.notes, sid))}
 
 
 def _sample() -> dict[str, Any]:

@@ -7,6 +7,6 @@ context (memory block + recent turns) instead of the whole history.
 
 from __future__ import annotations
 
-from cce_duck.integrations.shared import clear_session, engine_for, latest_user_text, session_messages
+from cce_duck.integrations.shared import engine_for
 
-__all__ = ["clear_session", "engine_for", "latest_user_text", "session_messages"]
+__all__ = ["engine_for"]

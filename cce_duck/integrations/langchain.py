@@ -17,7 +17,7 @@ import polars as pl
 
 from cce_duck.engine import Engine
 from cce_duck.errors import NotFoundError, ValidationError
-from cce_duck.integrations.shared import clear_session, engine_for, latest_user_text, session_messages
+from cce_duck.integrations.shared import engine_for
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -110,7 +110,7 @@ class CCEChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The context for the latest user message: memory block, then the recent turns."""
-        return self.messages_for(latest_user_text(self.engine, self.session_id) or "")
+        return self.messages_for(self.engine.latest_user_message(self.session_id) or "")
 
     def messages_for(self, query: str) -> list[BaseMessage]:
         """The context a model should see before answering ``query`` (empty for a new session)."""
@@ -122,7 +122,7 @@ class CCEChatMessageHistory(BaseChatMessageHistory):
 
     def all_messages(self) -> list[BaseMessage]:
         """Every stored message of the session, oldest first (not capped)."""
-        return [to_langchain(m) for m in session_messages(self.engine, self.session_id)]
+        return [to_langchain(m) for m in self.engine.history(self.session_id)]
 
     def search(self, query: str, k: int = 10) -> pl.DataFrame:
         """Ranked stored turns for ``query`` with their scores (see :meth:`cce_duck.Engine.search`)."""
@@ -134,5 +134,5 @@ class CCEChatMessageHistory(BaseChatMessageHistory):
         self.engine.add_messages(self.session_id, converted)
 
     def clear(self) -> None:
-        """Forget every stored turn and note of the session (its turn numbers keep counting)."""
-        clear_session(self.engine, self.session_id)
+        """Delete the session with everything stored about it (a later message starts it anew)."""
+        self.engine.delete_session(self.session_id, missing_ok=True)

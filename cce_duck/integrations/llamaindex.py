@@ -14,7 +14,7 @@ import polars as pl
 
 from cce_duck.engine import Engine
 from cce_duck.errors import NotFoundError, ValidationError
-from cce_duck.integrations.shared import clear_session, engine_for, latest_user_text, session_messages
+from cce_duck.integrations.shared import engine_for
 from cce_duck.messages import parse_messages
 
 try:
@@ -64,7 +64,7 @@ class CCEChatMemory(BaseMemory):
     """Chat memory stored in a cce_duck data folder; ``get`` returns a token-capped context.
 
     Create it with :meth:`from_defaults`. ``get_all`` returns every stored message; ``set`` and
-    ``reset`` forget what is stored (turn numbers keep counting).
+    ``reset`` delete what is stored.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -96,7 +96,7 @@ class CCEChatMemory(BaseMemory):
         memory = cls(session_id=sid, max_tokens=limit)
         memory._engine = eng
         history = kwargs.get("chat_history")
-        if history and not session_messages(eng, sid):
+        if history and not eng.history(sid):
             memory.put_messages(list(history))
         return memory
 
@@ -107,7 +107,7 @@ class CCEChatMemory(BaseMemory):
 
     def get(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
         """The context for ``input`` (default: the latest stored user message)."""
-        query = input if input is not None else latest_user_text(self._engine, self.session_id)
+        query = input if input is not None else self._engine.latest_user_message(self.session_id)
         try:
             payload = self._engine.context(self.session_id, query or "", max_tokens=self.max_tokens)
         except NotFoundError:
@@ -116,7 +116,7 @@ class CCEChatMemory(BaseMemory):
 
     def get_all(self) -> list[ChatMessage]:
         """Every stored message of the session, oldest first."""
-        return [to_llamaindex(m) for m in session_messages(self._engine, self.session_id)]
+        return [to_llamaindex(m) for m in self._engine.history(self.session_id)]
 
     def put(self, message: ChatMessage) -> None:
         """Store one message."""
@@ -131,15 +131,15 @@ class CCEChatMemory(BaseMemory):
         converted = [from_llamaindex(m) for m in messages]
         parse_messages(converted)  # validate everything before forgetting anything
         if [(m["role"], m["content"]) for m in converted] == [
-                (m["role"], m["content"]) for m in session_messages(self._engine, self.session_id)]:
+                (m["role"], m["content"]) for m in self._engine.history(self.session_id)]:
             return
-        clear_session(self._engine, self.session_id)
+        self._engine.delete_session(self.session_id, missing_ok=True)
         if converted:
             self._engine.add_messages(self.session_id, converted)
 
     def reset(self) -> None:
-        """Forget the session's stored messages and notes."""
-        clear_session(self._engine, self.session_id)
+        """Delete the session with everything stored about it (a later message starts it anew)."""
+        self._engine.delete_session(self.session_id, missing_ok=True)
 
     # The engine is fast and owns one DuckDB connection: run the async variants in the caller's
     # thread rather than in worker threads.

@@ -1,4 +1,4 @@
-"""What both framework adapters share: one engine per data folder, and the stored history."""
+"""What both framework adapters share: one engine per data folder."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from cce_duck.config import Config
 from cce_duck.engine import Engine
-from cce_duck.errors import NotFoundError, ValidationError
+from cce_duck.errors import ValidationError
 
-__all__ = ["clear_session", "engine_for", "latest_user_text", "session_messages"]
+__all__ = ["engine_for"]
 
 _LOCK = threading.Lock()
 _ENGINES: dict[tuple[str, str | None], Engine] = {}
@@ -31,45 +31,7 @@ def engine_for(data_dir: str | Path | None = None, *, embedder: str | None = Non
     key = (str(folder.resolve()), embedder)
     with _LOCK:
         found = _ENGINES.get(key)
-        if found is None or found._closed:
+        if found is None or found.closed:
             found = Engine(data_dir=folder, embedder=embedder, **config)
             _ENGINES[key] = found
         return found
-
-
-def session_messages(engine: Engine, session_id: str) -> list[dict[str, Any]]:
-    """Every stored turn of a session as ``{role, content, name, turn_no}`` (empty if unknown).
-
-    Turns whose raw text was dropped after compression (``keep_raw_turns=False``) give their
-    one-line summary instead.
-    """
-    try:
-        df = engine.turns(session_id)
-    except NotFoundError:
-        return []
-    return [{"role": r["role"], "content": r["content"] if r["content"] is not None else r["micro"],
-             "name": r["speaker"], "turn_no": r["turn_no"]} for r in df.iter_rows(named=True)]
-
-
-def latest_user_text(engine: Engine, session_id: str) -> str | None:
-    """Text of the session's latest user message (``None`` if it has none or does not exist)."""
-    try:
-        df = engine.turns(session_id)
-    except NotFoundError:
-        return None
-    users = df.filter(df["role"] == "user")
-    if users.is_empty():
-        return None
-    row = users.row(-1, named=True)
-    return str(row["content"] if row["content"] is not None else row["micro"])
-
-
-def clear_session(engine: Engine, session_id: str) -> None:
-    """Forget every turn and note of a session (nothing to do for an unknown session)."""
-    try:
-        df = engine.turns(session_id)
-    except NotFoundError:
-        return
-    numbers = [int(n) for n in df["turn_no"].to_list()]
-    if numbers:
-        engine.forget(session_id, turns=(numbers[0], numbers[-1]))

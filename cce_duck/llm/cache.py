@@ -13,21 +13,18 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
 
+from cce_duck.clock import now as utc_now
 from cce_duck.errors import ValidationError
 from cce_duck.sqlfiles import query
 
 __all__ = ["CacheEntry", "LLMCache", "cache_key"]
 
 _FORMAT = 1
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def cache_key(backend: str, model: str, messages: list[dict[str, str]], options: dict[str, Any],
@@ -54,7 +51,7 @@ class LLMCache:
     """Reads and writes ``llm_cache`` through one store connection (thread-safe)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, *, max_entries: int = 10_000,
-                 max_age_s: float = 30 * 86400.0, clock: Callable[[], datetime] = _now) -> None:
+                 max_age_s: float = 30 * 86400.0, clock: Callable[[], datetime] = utc_now) -> None:
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries <= 0:
             raise ValidationError("cache max_entries must be a positive integer")
         if not isinstance(max_age_s, int | float) or max_age_s <= 0:

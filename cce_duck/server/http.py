@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from cce_duck import errors
 from cce_duck.engine import Engine
 from cce_duck.server.keys import AuthError, ForbiddenError, KeyRing, Principal
+from cce_duck.server.serial import Serialized
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -32,13 +31,12 @@ __all__ = [
     "presented_key",
 ]
 
-T = TypeVar("T")
-
 #: Default request body cap (bytes); ``CCE_MAX_BODY_BYTES`` overrides it.
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 
 #: Library errors → (HTTP status, error type). Checked in order (subclasses first).
 _STATUS: list[tuple[type[BaseException], int, str]] = [
+    (errors.EncryptionError, 403, "encryption_error"),
     (errors.ValidationError, 400, "invalid_input"),
     (errors.NotFoundError, 404, "not_found"),
     (errors.FolderInUseError, 409, "folder_in_use"),
@@ -46,9 +44,6 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (errors.EmbedderMismatchError, 409, "embedder_mismatch"),
     (errors.SchemaError, 500, "schema_error"),
 ]
-_ENCRYPTION = getattr(errors, "EncryptionError", None)
-if isinstance(_ENCRYPTION, type):
-    _STATUS.insert(0, (_ENCRYPTION, 403, "encryption_error"))
 
 
 def error_response(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
@@ -109,18 +104,12 @@ def presented_key(request: Request, *headers: str) -> str | None:
     return None
 
 
-class Guard:
-    """The server's engine and keys; engine calls run one at a time (one DuckDB connection)."""
+class Guard(Serialized):
+    """The server's engine (calls run one at a time: one DuckDB connection) and keys."""
 
     def __init__(self, engine: Engine, keys: KeyRing) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self.keys = keys
-        self._lock = threading.Lock()
-
-    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn`` while holding the engine lock."""
-        with self._lock:
-            return fn(*args, **kwargs)
 
     def principal(self, request: Request, *headers: str) -> Principal:
         """Authenticate the request (401 on a missing or wrong key)."""

@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
+from cce_duck.server.deps import G, Sid, frame_rows
 from cce_duck.server.models import ForgetIn, NotePatch, PinIn, PinUpdate, TurnPatch
-from cce_duck.server.rest import G, Sid, _rows
 
 __all__ = ["router"]
 
@@ -26,7 +26,7 @@ def add_pin(sid: Sid, body: PinIn, g: G) -> dict[str, Any]:
 @router.get("/pins", tags=["pins"])
 def list_pins(sid: Sid, g: G) -> dict[str, Any]:
     """The session's pins."""
-    return {"session_id": sid, "pins": _rows(g.call(g.engine.pins, sid))}
+    return {"session_id": sid, "pins": frame_rows(g.call(g.engine.pins, sid))}
 
 
 @router.put("/pins/{pin_id}", tags=["pins"])
@@ -66,7 +66,7 @@ def forget(sid: Sid, body: ForgetIn, g: G) -> dict[str, Any]:
     turns = None if body.start is None or body.end is None else (body.start, body.end)
     if body.dry_run:
         plan = g.call(g.engine.forget_plan, sid, note_id=body.node_id, turns=turns)
-        return {"session_id": sid, "dry_run": True, "plan": _rows(plan)}
+        return {"session_id": sid, "dry_run": True, "plan": frame_rows(plan)}
     return {"session_id": sid, "deleted": g.call(g.engine.forget, sid, note_id=body.node_id,
                                                  turns=turns)}
 

@@ -6,11 +6,9 @@ calls one library function and returns JSON-ready data.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
-import polars as pl
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ConfigDict, Field
@@ -21,6 +19,7 @@ from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
 from cce_duck.server.models import MessageIn
+from cce_duck.server.serial import Serialized
 
 __all__ = ["build_server", "main", "run_stdio"]
 
@@ -40,19 +39,14 @@ INSTRUCTIONS = (
 )
 
 
-class _Engine:
-    """The server's engine; tool calls run one at a time (one DuckDB connection)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._lock = threading.Lock()
+class _Engine(Serialized):
+    """The server's engine (tool calls run one at a time); library errors become tool errors."""
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        with self._lock:
-            try:
-                return fn(*args, **kwargs)
-            except CCEError as exc:
-                raise ToolError(f"{type(exc).__name__}: {exc}") from None
+        try:
+            return super().call(fn, *args, **kwargs)
+        except CCEError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
 
 def _strict(server: MCPServer[Any]) -> None:
@@ -105,9 +99,7 @@ def build_server(engine: Engine) -> MCPServer[Any]:
     @server.tool()
     def cce_summarize_session(session_id: SessionId) -> dict[str, Any]:
         """The session's topics in order, and its summary once it is closed."""
-        topics = eng.call(e.overview, session_id)
-        return {"session_id": session_id, "summary": eng.call(e.summary, session_id),
-                "topics": topics.select("start_turn", "end_turn", "label", "summary").to_dicts()}
+        return eng.call(e.outline, session_id)
 
     @server.tool()
     def cce_session_stats(session_id: SessionId) -> dict[str, Any]:
@@ -167,12 +159,10 @@ def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
         Without confirm=true nothing is removed: the tool fails and lists what would be.
         """
         turns = None if start is None and end is None else (start, end)
+        deleted = eng.call(e.forget, session_id, note_id=note_id, turns=turns, dry_run=not confirm)
         if not confirm:
-            plan = eng.call(e.forget_plan, session_id, note_id=note_id, turns=turns)
-            counts = plan.group_by("kind").agg(pl.col("rows").sum()).sort("kind").rows()
-            what = ", ".join(f"{n} {k}" for k, n in counts) or "nothing"
+            what = ", ".join(f"{n} {k}" for k, n in deleted.items() if n and k != "vectors") or "nothing"
             raise ToolError(f"nothing forgotten: call again with confirm=true to remove {what}")
-        deleted = eng.call(e.forget, session_id, note_id=note_id, turns=turns)
         return {"session_id": session_id, "deleted": deleted}
 
     @server.tool()

@@ -7,57 +7,23 @@ OpenAPI docs at ``/docs``. Keys: see :mod:`cce_duck.server.keys`; errors: see
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Security
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.security import APIKeyHeader, HTTPBearer
 
-from cce_duck import __version__, deletion, pipeline
+from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
 from cce_duck.engine import Engine
-from cce_duck.messages import validate_session_id
+from cce_duck.server import manage_routes
+from cce_duck.server.deps import G, Sid, Who, frame_rows
 from cce_duck.server.http import BodyLimit, Guard, install_error_handlers
-from cce_duck.server.keys import KeyRing, Principal
+from cce_duck.server.keys import KeyRing
 from cce_duck.server.models import CompressIn, ContextIn, MessagesIn, SqlIn
 
 __all__ = ["create_app", "router"]
 
-_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key")
-_bearer = HTTPBearer(auto_error=False, description="API key as a Bearer token")
-
 router = APIRouter(prefix="/v1")
-
-
-def guard(request: Request) -> Guard:
-    """The server's engine and keys."""
-    g: Guard = request.app.state.guard
-    return g
-
-
-def principal(request: Request, _k: Annotated[str | None, Security(_api_key)] = None,
-              _b: Annotated[Any, Security(_bearer)] = None) -> Principal:
-    """Authenticate the caller (401 without a valid key when keys are configured)."""
-    return guard(request).principal(request, "x-api-key")
-
-
-Who = Annotated[Principal, Depends(principal)]
-G = Annotated[Guard, Depends(guard)]
-
-
-def session(session_id: str, who: Who) -> str:
-    """A valid session id (400) that the caller's key may use (403, whether it exists or not)."""
-    sid = validate_session_id(session_id)
-    who.check(sid)
-    return sid
-
-
-Sid = Annotated[str, Depends(session)]
-
-
-def _rows(df: Any) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = df.to_dicts()
-    return rows
 
 
 @router.post("/compress", tags=["stateless"])
@@ -70,7 +36,7 @@ def compress(body: CompressIn, _: Who) -> dict[str, Any]:
 @router.get("/sessions", tags=["sessions"])
 def list_sessions(g: G, who: Who) -> dict[str, Any]:
     """Sessions the key may use, with turn and note counts."""
-    rows = _rows(g.call(g.engine.sessions))
+    rows = frame_rows(g.call(g.engine.sessions))
     return {"sessions": [r for r in rows if who.allows(str(r["session_id"]))]}
 
 
@@ -99,7 +65,7 @@ def summary(sid: Sid, g: G) -> dict[str, Any]:
 @router.get("/sessions/{session_id}/stats", tags=["sessions"])
 def stats(sid: Sid, g: G) -> dict[str, Any]:
     """Sizes, tiers and compression of one session."""
-    rows = _rows(g.call(g.engine.stats, sid))
+    rows = frame_rows(g.call(g.engine.stats, sid))
     return rows[0] if rows else {"session_id": sid}
 
 
@@ -112,7 +78,7 @@ def close(sid: Sid, g: G) -> dict[str, Any]:
 @router.delete("/sessions/{session_id}", tags=["sessions"])
 def delete_session(sid: Sid, g: G) -> dict[str, Any]:
     """Delete a session with everything stored about it (the file is rewritten without it)."""
-    return {"session_id": sid, "deleted": g.call(deletion.delete_session, g.engine, sid)}
+    return {"session_id": sid, "deleted": g.call(g.engine.delete_session, sid)}
 
 
 @router.post("/admin/sql", tags=["admin"])
@@ -121,9 +87,6 @@ def sql(body: SqlIn, g: G, who: Who) -> dict[str, Any]:
     who.require_admin()
     df = g.call(read_only_query, g.engine, body.sql)
     return {"columns": df.columns, "types": [str(t) for t in df.dtypes], "rows": df.rows()}
-
-
-from cce_duck.server import manage_routes  # noqa: E402  (its routes use the dependencies above)
 
 
 def _health(request: Request) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from cce_duck import clock
 from cce_duck.errors import BudgetExceededError, NotFoundError, ValidationError
 from cce_duck.text import terms
 from cce_duck.tools.okf import Concept, atomic_write, read_concept, render_concept
@@ -34,10 +35,6 @@ __all__ = ["Note", "NotesManager"]
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,79}")
 _TAG = re.compile(r"[\w.-]{1,40}")
 MAX_NOTE_BYTES = 200_000
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 
 
 def _slug(text: str) -> str:
@@ -54,8 +51,8 @@ class Note:
     title: str = ""
     tags: list[str] = field(default_factory=list)
     pinned: bool = False
-    created: datetime = field(default_factory=_now)
-    updated: datetime = field(default_factory=_now)
+    created: datetime = field(default_factory=lambda: clock.now(whole_seconds=True))
+    updated: datetime = field(default_factory=lambda: clock.now(whole_seconds=True))
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_concept(self) -> Concept:
@@ -175,7 +172,7 @@ class NotesManager:
             note_id = f"{base}-{secrets.token_hex(3)}"
             while self._path(note_id).exists():
                 note_id = f"{base}-{secrets.token_hex(3)}"
-            now = _now()
+            now = clock.now(whole_seconds=True)
             self._write(Note(note_id, text.strip(), title or "", list(dict.fromkeys(tags)),
                              bool(pinned), now, now))
         return note_id
@@ -195,7 +192,7 @@ class NotesManager:
                 note.tags = list(dict.fromkeys(tags))
             if pinned is not None:
                 note.pinned = bool(pinned)
-            note.updated = _now()
+            note.updated = clock.now(whole_seconds=True)
             self._write(note)
             return note
 
@@ -266,7 +263,7 @@ class NotesManager:
             f"decisions:\n\n{truncate_to_tokens(text, llm.context_window // 2, llm.counter)}",
             prompt_version="notes_compact@v1", max_tokens=max(16, min(256, room // 8)))
         note_id = f"summary-{secrets.token_hex(3)}"
-        now = _now()
+        now = clock.now(whole_seconds=True)
         note = Note(note_id, out.strip(), "Summary of older notes", ["summary"], False, now, now,
                     {"summarises": [n.id for n in victims]})
         body = render_concept(note.to_concept())

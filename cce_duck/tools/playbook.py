@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from cce_duck import clock
 from cce_duck.errors import ConflictError, NotFoundError, ValidationError
+from cce_duck.rows import quantize, registered
 from cce_duck.sqlfiles import query
 from cce_duck.tools.okf import Concept, IndexEntry, read_bundle, write_concept, write_index
 
@@ -35,10 +37,6 @@ _LINE = re.compile(
     r"^- \[b(?P<id>\d+) \+(?P<h>\d+) -(?P<x>\d+) (?P<c>[0-9T:.\-]+) (?P<u>[0-9T:.\-]+)\] "
     r"(?P<content>.+)$")
 MAX_CONTENT = 600
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 
 
 @dataclass(frozen=True)
@@ -60,8 +58,8 @@ class Bullet:
 
     def line(self) -> str:
         """The Markdown line of this bullet."""
-        c = (self.created_at or _now()).isoformat()
-        u = (self.updated_at or _now()).isoformat()
+        c = (self.created_at or clock.now(whole_seconds=True)).isoformat()
+        u = (self.updated_at or clock.now(whole_seconds=True)).isoformat()
         return f"- [b{self.id} +{self.helpful} -{self.harmful} {c} {u}] {self.content}"
 
 
@@ -185,13 +183,11 @@ class Playbook:
         ids = [b.id for b in bullets]
         if len(set(ids)) != len(ids):
             raise ValidationError("bullet ids repeat")
-        now = _now()
+        now = clock.now(whole_seconds=True)
         bullets = [replace(b, created_at=b.created_at or now, updated_at=b.updated_at or now)
                    for b in bullets]
         vecs = self.embedder.embed([b.content for b in bullets]) if bullets else np.empty(
             (0, self.dim), dtype=np.float32)
-        from cce_duck.writer import quantize
-
         with self.store.transaction() as con:
             con.execute(query("bullets_delete_playbook", "llm.sql"), {"playbook": self.name})
             if bullets:
@@ -206,15 +202,13 @@ class Playbook:
                     "updated_at": pa.array([b.updated_at for b in bullets], pa.timestamp("us")),
                     "vector": quantize(vecs),
                 })
-                con.register("_b_bullets", tbl)
                 try:
-                    con.execute(query("bullets_insert", "llm.sql"))
+                    with registered(con, _b_bullets=tbl):
+                        con.execute(query("bullets_insert", "llm.sql"))
                 except duckdb.ConstraintException:
                     raise ConflictError(
                         "a bullet id is already used by another playbook (ids are global)"
                     ) from None
-                finally:
-                    con.unregister("_b_bullets")
             # keep the global counter ahead of every id written
             top = max(ids, default=0)
             row = con.execute(query("bullet_last_id", "llm.sql")).fetchone()
@@ -230,7 +224,7 @@ class Playbook:
         """Add one bullet; returns its id."""
         section, content = check_section(section), clean_content(content)
         (bid,) = self.next_ids(1)
-        now = _now()
+        now = clock.now(whole_seconds=True)
         self.replace_all([*self.bullets(), Bullet(bid, section, content, 0, 0, now, now)])
         return bid
 

@@ -17,81 +17,92 @@
 --   conversation BOOLEAN := true  false: the fused ranking only (Engine.search), k rows
 -- Returns: turn_no, note_id, role, speaker, ts, dense, best_sentence, bm25, recency, asks,
 --   n_terms, fused, score (NULL without conversation), rank
+-- Written without hash joins (each costs a few MB of the buffer pool, which an in-memory store
+-- shares with its own tables): the rows of a turn are gathered by one GROUP BY over a UNION ALL,
+-- neighbours are compared with window functions.
 CREATE OR REPLACE TEMP MACRO cce_retrieve_v2(sid, query, k := 40, since := NULL, until := NULL,
     last_turns := NULL, before_turn := NULL, recency_weight := @RECENCY_WEIGHT@,
     rrf_k := @RRF_K@, conversation := true) AS TABLE
-WITH qterms AS MATERIALIZED (
-    SELECT t.term, t.weight, i
-    FROM (SELECT unnest(qt) AS t, generate_subscripts(qt, 1) AS i
-          FROM (SELECT cce_query_terms(query) AS qt))
-),
-sess AS MATERIALIZED (
-    SELECT s.next_turn, count(t.turn_no) AS n_docs,
-        greatest(CAST(sum(t.n_terms) AS DOUBLE) / count(t.turn_no), @BM25_MIN_AVGDL@) AS avgdl
-    FROM main.sessions AS s LEFT JOIN main.turns AS t ON t.session_id = s.session_id
+WITH ctx AS MATERIALIZED (
+    -- one row: the session's size and the question's terms (in order) with their weights
+    SELECT s.next_turn, d.n_docs, d.avgdl,
+        list_transform(q.qt, x -> x.term) AS terms, list_transform(q.qt, x -> x.weight) AS weights
+    FROM main.sessions AS s,
+        (SELECT cce_query_terms(query) AS qt) AS q,
+        (SELECT count(*) AS n_docs,
+             greatest(CAST(sum(n_terms) AS DOUBLE) / count(*), @BM25_MIN_AVGDL@) AS avgdl
+         FROM main.turns WHERE session_id = sid) AS d
     WHERE s.session_id = sid
-    GROUP BY s.next_turn
 ),
-cand AS MATERIALIZED (
-    SELECT t.turn_no, t.note_id, t.role, t.speaker, t.ts, t.n_terms,
+named AS MATERIALIZED (
+    -- the speakers the question names: every term of the name is among the question's terms
+    SELECT list(sp.speaker) AS named
+    FROM (SELECT speaker, cce_terms(speaker) AS st
+          FROM (SELECT DISTINCT speaker FROM main.turns
+                WHERE session_id = sid AND speaker IS NOT NULL AND speaker <> '')) AS sp, ctx
+    WHERE len(sp.st) > 0 AND list_has_all(ctx.terms, sp.st)
+),
+parts AS (
+    -- kind 0: a turn inside the window; 1: its message vector; 2: a sentence vector;
+    -- 3: a posting of a question term (with the term's document frequency)
+    SELECT t.turn_no, 0 AS kind, t.n_terms, t.role, t.speaker, t.ts, t.note_id,
         coalesce(regexp_matches(t.content, '[?？؟]'), false) AS asks,
-        (t.turn_no + 1) / greatest(sess.next_turn, 1) AS recency
-    FROM main.turns AS t, sess
+        NULL::DOUBLE AS d, NULL::INTEGER AS sent_no,
+        NULL::STRUCT(i INTEGER, tf SMALLINT, df BIGINT) AS post
+    FROM main.turns AS t, ctx
     WHERE t.session_id = sid
       AND (since IS NULL OR t.ts >= CAST(since AS TIMESTAMP))
       AND (until IS NULL OR t.ts <= CAST(until AS TIMESTAMP))
-      AND (last_turns IS NULL OR t.turn_no >= sess.next_turn - last_turns)
+      AND (last_turns IS NULL OR t.turn_no >= ctx.next_turn - last_turns)
       AND (before_turn IS NULL OR t.turn_no < before_turn)
-),
-mdense AS MATERIALIZED (
-    SELECT m.turn_no,
+    UNION ALL
+    SELECT m.turn_no, 1, NULL, NULL, NULL, NULL, NULL, NULL,
         array_inner_product(CAST(m.vector AS DOUBLE[@DIM@]),
-            CAST(cce_embed_query(query) AS DOUBLE[@DIM@])) / @VECTOR_SCALE@ AS d
+            CAST(cce_embed_query(query) AS DOUBLE[@DIM@])) / @VECTOR_SCALE@, NULL, NULL
     FROM main.message_vectors AS m
-    WHERE m.session_id = sid AND m.turn_no IN (SELECT turn_no FROM cand)
+    WHERE m.session_id = sid
+    UNION ALL
+    SELECT s.turn_no, 2, NULL, NULL, NULL, NULL, NULL, NULL,
+        array_inner_product(CAST(s.vector AS DOUBLE[@DIM@]),
+            CAST(cce_embed_query(query) AS DOUBLE[@DIM@])) / @VECTOR_SCALE@, s.sent_no, NULL
+    FROM main.sentence_vectors AS s
+    WHERE s.session_id = sid
+    UNION ALL
+    SELECT turn_no, 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        struct_pack(i := i, tf := tf, df := count(*) OVER (PARTITION BY i))
+    FROM (SELECT p.turn_no, p.tf, list_position(ctx.terms, p.term) AS i
+          FROM main.postings AS p, ctx
+          WHERE p.session_id = sid AND list_position(ctx.terms, p.term) IS NOT NULL)
 ),
-sdense AS MATERIALIZED (
-    SELECT turn_no, max(d) AS d, arg_max(sent_no, struct_pack(d := d, first := -sent_no))
-        AS best_sentence
+scored AS (
+    SELECT g.turn_no, g.note_id, g.role, g.speaker, g.ts, g.n_terms, g.asks, g.best_sentence,
+        greatest(g.md, coalesce(g.sd, g.md)) AS dense,
+        coalesce(list_sum(list_transform(g.posts, x -> ctx.weights[x.i]
+            * ln(1 + (CAST(ctx.n_docs - x.df AS DOUBLE) + 0.5) / (x.df + 0.5))
+            * CAST(x.tf AS DOUBLE) * (@BM25_K1@ + 1)
+            / (CAST(x.tf AS DOUBLE) + @BM25_K1@ * ((1 - @BM25_B@)
+               + @BM25_B@ * g.n_terms / ctx.avgdl)))), 0.0) AS bm25,
+        (g.turn_no + 1) / greatest(ctx.next_turn, 1) AS recency
     FROM (
-        SELECT s.turn_no, s.sent_no,
-            array_inner_product(CAST(s.vector AS DOUBLE[@DIM@]),
-                CAST(cce_embed_query(query) AS DOUBLE[@DIM@])) / @VECTOR_SCALE@ AS d
-        FROM main.sentence_vectors AS s
-        WHERE s.session_id = sid AND s.turn_no IN (SELECT turn_no FROM cand)
-    )
-    GROUP BY turn_no
+        SELECT turn_no,
+            any_value(n_terms) FILTER (WHERE kind = 0) AS n_terms,
+            any_value(role) FILTER (WHERE kind = 0) AS role,
+            any_value(speaker) FILTER (WHERE kind = 0) AS speaker,
+            any_value(ts) FILTER (WHERE kind = 0) AS ts,
+            any_value(note_id) FILTER (WHERE kind = 0) AS note_id,
+            any_value(asks) FILTER (WHERE kind = 0) AS asks,
+            max(d) FILTER (WHERE kind = 1) AS md,
+            max(d) FILTER (WHERE kind = 2) AS sd,
+            arg_max(sent_no, struct_pack(d := d, first := -sent_no)) FILTER (WHERE kind = 2)
+                AS best_sentence,
+            list(post ORDER BY post.i) FILTER (WHERE kind = 3) AS posts,
+            count(*) FILTER (WHERE kind = 0) AS in_window
+        FROM parts
+        GROUP BY turn_no
+    ) AS g, ctx
+    WHERE g.in_window > 0 AND g.md IS NOT NULL
 ),
-df AS MATERIALIZED (
-    SELECT p.term, count(*) AS df
-    FROM main.postings AS p
-    WHERE p.session_id = sid AND p.term IN (SELECT term FROM qterms)
-    GROUP BY p.term
-),
-bm AS MATERIALIZED (
-    SELECT turn_no, list_sum(list(part ORDER BY i)) AS bm25
-    FROM (
-        SELECT p.turn_no, qterms.i,
-            qterms.weight * ln(1 + (CAST(sess.n_docs - df.df AS DOUBLE) + 0.5) / (df.df + 0.5))
-                * CAST(p.tf AS DOUBLE) * (@BM25_K1@ + 1)
-                / (CAST(p.tf AS DOUBLE) + @BM25_K1@ * ((1 - @BM25_B@)
-                   + @BM25_B@ * t.n_terms / sess.avgdl)) AS part
-        FROM main.postings AS p
-        JOIN qterms USING (term) JOIN df USING (term)
-        JOIN main.turns AS t ON t.session_id = p.session_id AND t.turn_no = p.turn_no, sess
-        WHERE p.session_id = sid AND p.turn_no IN (SELECT turn_no FROM cand)
-    )
-    GROUP BY turn_no
-),
-scored AS MATERIALIZED (
-    SELECT c.*, greatest(md.d, coalesce(sd.d, md.d)) AS dense, sd.best_sentence,
-        coalesce(bm.bm25, 0.0) AS bm25
-    FROM cand AS c
-    JOIN mdense AS md USING (turn_no)
-    LEFT JOIN sdense AS sd USING (turn_no)
-    LEFT JOIN bm USING (turn_no)
-),
-fused AS MATERIALIZED (
+ranked AS (
     SELECT *, row_number() OVER (ORDER BY fused DESC, turn_no DESC) AS frank
     FROM (
         SELECT *,
@@ -102,28 +113,28 @@ fused AS MATERIALIZED (
         FROM scored
     )
 ),
-listed AS MATERIALIZED (
-    SELECT f.* FROM fused AS f
-    WHERE f.frank <= k OR (conversation AND EXISTS (
-        SELECT 1 FROM fused AS h WHERE h.frank <= k AND h.asks AND h.turn_no = f.turn_no - 1))
-),
-named AS MATERIALIZED (
-    SELECT speaker
-    FROM (SELECT speaker, cce_terms(speaker) AS st
-          FROM (SELECT DISTINCT speaker FROM main.turns
-                WHERE session_id = sid AND speaker IS NOT NULL AND speaker <> ''))
-    WHERE len(st) > 0 AND list_has_all((SELECT list(term) FROM qterms), st)
+listed AS (
+    -- the best k, and with the conversation order the turn right after each of them that asks
+    SELECT * EXCLUDE (after_question, prev_turn)
+    FROM (
+        SELECT *, lag(frank <= k AND asks) OVER (ORDER BY turn_no) AS after_question,
+            lag(turn_no) OVER (ORDER BY turn_no) AS prev_turn
+        FROM ranked
+    )
+    WHERE frank <= k OR (conversation AND after_question AND prev_turn = turn_no - 1)
 ),
 conversed AS (
     SELECT l.*,
         CASE WHEN conversation THEN
-            CASE WHEN p.asks THEN l.fused + @REPLY_SHARE@ * p.fused ELSE l.fused END
-            * CASE WHEN (SELECT count(*) FROM named) = 1
-                    AND (l.speaker IS NULL OR l.speaker NOT IN (SELECT speaker FROM named))
+            CASE WHEN lag(l.turn_no) OVER w = l.turn_no - 1 AND lag(l.asks) OVER w
+                 THEN l.fused + @REPLY_SHARE@ * lag(l.fused) OVER w ELSE l.fused END
+            * CASE WHEN len(named.named) = 1
+                    AND (l.speaker IS NULL OR NOT list_contains(named.named, l.speaker))
                    THEN @OTHER_SPEAKER@ ELSE 1.0::DOUBLE END
             * (l.n_terms / (l.n_terms + @TERMS_HALF_WEIGHT@))
         END AS score
-    FROM listed AS l LEFT JOIN listed AS p ON p.turn_no = l.turn_no - 1
+    FROM listed AS l, named
+    WINDOW w AS (ORDER BY l.turn_no)
 )
 SELECT turn_no, note_id, role, speaker, ts, dense, best_sentence, bm25, recency, asks, n_terms,
     fused, score,

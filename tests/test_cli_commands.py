@@ -211,3 +211,17 @@ def test_engine_ingest_reports_progress_and_reads_files(tmp_path: Path) -> None:
         assert [c[0] for c in calls] == sorted(c[0] for c in calls)
         assert eng.ingest_file("s", path) == []  # the same history again stores nothing
         assert eng.stats("s").item(0, "turns") == 600
+
+
+def test_demo_counts_the_history_once_and_says_its_folder_is_temporary(tmp_path: Path) -> None:
+    import re
+
+    out = cce("demo", "--embedder", "hash").output
+    header = int(re.search(r"(\d+) tokens of history", out).group(1))  # type: ignore[union-attr]
+    footer = int(re.search(r"full history (\d+) tokens", out).group(1))  # type: ignore[union-attr]
+    assert header == footer
+    assert "temporary" in out
+    assert "--data-dir" in out
+    kept = tmp_path / "kept"
+    assert cce("demo", "--embedder", "hash", "--data-dir", str(kept)).exit_code == 0
+    assert json.loads(cce("stats", "demo", "--json", "--data-dir", str(kept)).stdout)[0]["turns"] > 0

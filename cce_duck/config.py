@@ -9,7 +9,7 @@ from typing import Any
 
 from cce_duck.errors import ValidationError
 
-__all__ = ["SUMMARISERS", "Config"]
+__all__ = ["SUMMARISERS", "Config", "env_flag"]
 
 _ENV: dict[str, str] = {
     "data_dir": "CCE_DATA_DIR",
@@ -77,8 +77,10 @@ class Config:
             truth; a small pool keeps resident memory flat as memory grows.
         tune_allocator: Have the C allocator (glibc) map blocks of 64 KB and more on their own
             and keep at most two heaps, so that memory freed by DuckDB, Arrow and NumPy goes
-            back to the system instead of fragmenting the heap (see :mod:`cce_duck.memory`).
-            Process-wide; turn it off when the host application tunes malloc itself.
+            back to the system instead of fragmenting the heap (see :mod:`cce_duck.allocator`).
+            Process-wide, so off for a library user unless asked for (``CCE_TUNE_ALLOCATOR=1``);
+            the processes cce_duck owns (the ``cce`` command, its servers, ``cce-mcp``) tune
+            at start unless ``CCE_TUNE_ALLOCATOR=0``.
         summariser: How topic notes (and the summary of a closed session) are summarised:
             ``extractive`` (default: the topic's most central message lines, no model) or
             ``llm`` (one model call per note through :class:`cce_duck.llm.LLM` and the store's
@@ -116,7 +118,7 @@ class Config:
     warm_tier_max_chunks: int | None = None
     index_cache_mb: int = 64
     duckdb_memory_mb: int = 32
-    tune_allocator: bool = True
+    tune_allocator: bool = False
     summariser: str = "extractive"
     summariser_model: str | None = None
     summariser_backend: Any = None
@@ -193,16 +195,28 @@ class Config:
         return replace(self, **changes)
 
 
+def env_flag(var: str) -> bool | None:
+    """A yes/no environment variable (``1 true yes on`` / ``0 false no off``); ``None`` when
+    unset or empty. Any other value is a :class:`ValidationError`."""
+    raw = os.environ.get(var)
+    if raw is None or raw == "":
+        return None
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ValidationError(f"environment variable {var}={raw!r} is not a yes/no value (1 or 0)")
+
+
 def _parse(name: str, type_name: str, raw: str, var: str) -> Any:
     try:
         if "Path" in type_name:
             return Path(raw)
         if "bool" in type_name:
-            if raw.lower() in {"1", "true", "yes", "on"}:
-                return True
-            if raw.lower() in {"0", "false", "no", "off"}:
-                return False
-            raise ValueError(raw)
+            flag = env_flag(var)
+            if flag is None:
+                raise ValueError(raw)
+            return flag
         if "float" in type_name:
             return float(raw)
         if "int" in type_name:

@@ -36,6 +36,8 @@ class ManagementMixin:
     writer: Writer
     config: Config
     index: IndexCache
+    #: Sizes of built contexts not stored yet (``context_calls`` rows), set by ``Engine``.
+    _context_calls: list[dict[str, Any]]
 
     if TYPE_CHECKING:
         def _existing(self, session_id: str) -> str:
@@ -52,15 +54,15 @@ class ManagementMixin:
         """Remember the size of a built context; written in batches (stats, close, every 64)."""
         if self.store.read_only:
             return
-        calls: list[dict[str, Any]] = self.__dict__.setdefault("_context_calls", [])
+        calls = self._context_calls
         calls.append({"session_id": payload.session_id, "called_at": now(),
                       "max_tokens": payload.max_tokens, "tokens_sent": payload.tokens,
-                      "history_tokens": payload.full_tokens})
+                      "history_tokens": payload.history_tokens})
         if len(calls) >= CALLS_BATCH:
             self._flush_context_calls()
 
     def _flush_context_calls(self) -> None:
-        calls: list[dict[str, Any]] = self.__dict__.get("_context_calls") or []
+        calls = self._context_calls
         if not calls or self.store.read_only:
             return
         tbl = pa.Table.from_pylist(calls, schema=pa.schema([

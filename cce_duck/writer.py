@@ -17,11 +17,11 @@ from typing import Any
 import pyarrow as pa
 
 from cce_duck import clock, topics
+from cce_duck.allocator import release_free_memory
 from cce_duck.config import Config
 from cce_duck.derived import write_notes
 from cce_duck.embedders.base import Matrix
 from cce_duck.errors import CCEError, ConflictError
-from cce_duck.memory import release_free_memory
 from cce_duck.messages import Message
 from cce_duck.rows import TurnRows, registered, vectors_of
 from cce_duck.store import Store

@@ -89,6 +89,7 @@ def test_no_file_of_an_encrypted_folder_holds_the_text(tmp_path: Path) -> None:
         assert eng.summary("s")
 
 
+@pytest.mark.processes
 def test_killed_writer_leaves_nothing_readable_and_loses_nothing(tmp_path: Path) -> None:
     """A real process killed while its messages sit in the sealed journal and the WAL."""
     marker = _marker()
@@ -255,6 +256,7 @@ def test_encrypt_then_decrypt_round_trip(tmp_path: Path) -> None:
         decrypt_folder(tmp_path, PASS)
 
 
+@pytest.mark.processes
 def test_conversion_of_a_folder_in_use(tmp_path: Path) -> None:
     with Engine(data_dir=tmp_path, embedder="hash") as eng:
         eng.add_message("s", "user", "x")
@@ -316,6 +318,7 @@ def _run_killer(folder: Path, action: str, point: str) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("point", "converted"), [("before_journal", False),
                                                   ("before_install", True),
                                                   ("mid_install", True)])
@@ -347,6 +350,7 @@ def test_killed_conversion_leaves_a_readable_folder(tmp_path: Path, action: str,
                   ) == original
 
 
+@pytest.mark.processes
 def test_open_during_a_conversion_in_another_process(tmp_path: Path) -> None:
     with Engine(data_dir=tmp_path, embedder="hash") as eng:
         _fill(eng, _marker(), n=10)

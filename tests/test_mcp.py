@@ -11,11 +11,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import topic_messages
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from cce_duck import Engine
+
+pytestmark = pytest.mark.processes
 
 Call = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, Any]]]
 

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field
 
 from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
+from cce_duck.allocator import tune_owned_process
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
@@ -91,7 +92,8 @@ def build_server(engine: Engine) -> MCPServer[Any]:
         payload = eng.call(e.context, session_id, query, max_tokens=max_tokens, top_k=top_k,
                            since=since, until=until, last_turns=last_turns, explain=explain)
         out = {"context": payload.to_string(), "tokens": payload.tokens,
-               "full_tokens": payload.full_tokens, "notes": payload.to_dict()["notes"]}
+               "full_tokens": payload.full_tokens, "pin_tokens": payload.pin_tokens,
+               "tokens_saved": payload.tokens_saved, "notes": payload.to_dict()["notes"]}
         if explain:
             out["explain"] = payload.to_dict()["explain"]
         return out
@@ -194,5 +196,7 @@ def run_stdio(config: Config) -> None:
 
 
 def main() -> None:
-    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``)."""
+    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``; a process
+    cce_duck owns: the allocator is tuned)."""
+    tune_owned_process()
     run_stdio(Config.from_env())

@@ -48,7 +48,14 @@ def _run(page: Path) -> int:
     return ran
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def _param(page: Path) -> object:
+    text = page.read_text("utf-8")
+    shells = "```bash" in text or "```sh" in text  # shell blocks start cce processes
+    return pytest.param(page, id=page.relative_to(ROOT).as_posix(),
+                        marks=[pytest.mark.processes] if shells else [])
+
+
+@pytest.mark.parametrize("page", [_param(p) for p in PAGES])
 def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     _run(page)

@@ -20,8 +20,6 @@ from cce_duck.payload import messages_tokens
 __all__ = ["ChatPlan", "chat_session_id", "is_plain_chat", "prepare_chat", "record_reply"]
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-#: A trimmed chat never gets a memory budget below this many tokens.
-MIN_BUDGET = 64
 
 
 @dataclass
@@ -75,7 +73,9 @@ def prepare_chat(engine: Engine, session_id: str, messages: Sequence[Any], *,
     stored. Plain chats are stored (idempotently: a history already stored is skipped; system
     messages are not stored). A chat within ``max_tokens`` (default: the engine's context cap)
     passes unchanged; a longer one becomes its system messages, then the memory block with the
-    relevant notes, then the recent turns, ending with the new user message.
+    relevant notes, then the recent turns, ending with the new user message, all within
+    ``max_tokens`` (when the system messages and the question alone do not fit, only they are
+    sent).
     """
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise ValidationError("messages must be a non-empty list")
@@ -94,12 +94,15 @@ def prepare_chat(engine: Engine, session_id: str, messages: Sequence[Any], *,
         engine.ingest(session_id, convo)
     if size <= budget or not convo or convo[-1]["role"] != "user":
         return ChatPlan(session_id, original, False, bool(convo), size, size)
-    room = max(budget - messages_tokens(system), MIN_BUDGET)
-    payload = engine.context(session_id, convo[-1]["content"], max_tokens=room)
-    sent = system + payload.to_messages()
+    question = {"role": "user", "content": convo[-1]["content"]}
+    # the question is sent last in any case: the memory gets what the budget leaves beside it
+    room = budget - messages_tokens([*system, question])
+    sent = list(system)
+    if room > 0:
+        sent += engine.context(session_id, question["content"], max_tokens=room).to_messages()
     last = sent[-1] if sent else {}
-    if last.get("role") != "user" or last.get("content") != convo[-1]["content"]:
-        sent.append({"role": "user", "content": convo[-1]["content"]})
+    if last.get("role") != "user" or last.get("content") != question["content"]:
+        sent.append(question)
     return ChatPlan(session_id, sent, True, True, size, messages_tokens(sent))
 
 

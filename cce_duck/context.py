@@ -1,5 +1,6 @@
 """The context builder: pins, recent and pending turns, then retrieved notes with quotes, under a
-hard token cap (the cap is never exceeded)."""
+hard token cap (the cap is never exceeded), and never more than the history itself: a history
+that fits is sent as it is (:mod:`cce_duck.history`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ import polars as pl
 from cce_duck import ranking
 from cce_duck.config import Config
 from cce_duck.errors import NotFoundError, ValidationError
+from cce_duck.history import (
+    PIN_HEADER,
+    history_tokens,
+    pin_tokens,
+    verbatim_context,
+    verbatim_explain,
+    window_rows,
+)
 from cce_duck.index import IndexCache, SessionIndex
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
@@ -32,7 +41,6 @@ _OVERVIEW = re.compile(
     re.I,
 )
 MEMORY_HEADER = "Memory of earlier conversation (verbatim quotes, oldest first):"
-PIN_HEADER = "Pinned:"
 RECENT_SHARE = 0.3
 QUOTE_MAX_TOKENS = 120
 QUOTES_PER_NOTE = 6
@@ -121,6 +129,19 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
     next_turn = int(index.key[1])
     first = next_turn - req.last_turns if req.last_turns else None
 
+    # 0. the history (or its asked window) and the pins fit: send them as they are
+    full, pins_cost = history_tokens(index), pin_tokens(index.pins)
+    rows = window_rows(index, Window(req.since, req.until, req.last_turns), next_turn)
+    if history_tokens(index, rows) + pins_cost <= req.max_tokens:
+        whole = verbatim_context(index, sid, req.query, req.max_tokens, rows,
+                                 hot_turns=config.hot_tier_max_turns, full_tokens=full,
+                                 pins_cost=pins_cost)
+        if whole is not None:
+            if explain:
+                whole.explain = verbatim_explain(whole, is_overview_question(req.query))
+            return whole
+    cap = min(req.max_tokens, full + pins_cost)
+
     # The memory block is one system message: its overhead is paid once, when it is used.
     memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(MEMORY_HEADER) + 1
 
@@ -179,10 +200,11 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
     payload = ContextPayload(
         session_id=sid, query=req.query, max_tokens=req.max_tokens, memory=memory,
         turns=verbatim, notes=chosen, pins=[p[2:] for p in pins],
-        full_tokens=index.full_tokens,
+        full_tokens=full, pin_tokens=pins_cost,
     )
-    # Safety net: the estimate is additive per line, but never trust it blindly.
-    while payload.tokens > req.max_tokens:
+    # Safety net: the estimate is additive per line, but never trust it blindly; and a history
+    # whose raw text is not kept may compress to more than it was.
+    while payload.tokens > cap:
         if payload.notes:
             last = max(payload.notes, key=lambda n: max(q["rank"] for q in n["quotes"]) if
                        n["quotes"] else 0)

@@ -8,7 +8,8 @@ totals checked against the cap.
 
 from __future__ import annotations
 
-from cce_duck.context import MEMORY_HEADER, PIN_HEADER
+from cce_duck.context import MEMORY_HEADER
+from cce_duck.history import PIN_HEADER
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload
 from cce_duck.text import estimate_tokens
 from cce_duck.window import Window
@@ -27,7 +28,7 @@ def refine(payload: ContextPayload, window: Window) -> None:
     budget = ex["budget"]
     system = 0
     if payload.memory:
-        system = MESSAGE_OVERHEAD + estimate_tokens(MEMORY_HEADER) + 1
+        system = MESSAGE_OVERHEAD + (0 if payload.verbatim else estimate_tokens(MEMORY_HEADER) + 1)
         if payload.pins:
             system += estimate_tokens(PIN_HEADER) + 1
     system = min(system, budget.get("overhead", 0))

@@ -39,7 +39,7 @@ from cce_duck import ranking
 from cce_duck.embedders.base import Matrix
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
-from cce_duck.text import cached_terms, query_terms
+from cce_duck.text import cached_terms, estimate_tokens, query_terms
 
 __all__ = ["Hit", "IndexCache", "SessionIndex"]
 
@@ -87,7 +87,7 @@ def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
     return flat.astype(np.int8, copy=False).reshape(-1, dim)
 
 
-_SCRATCH_BYTES = 48 * 1024  # under the allocator's mmap threshold (cce_duck.memory)
+_SCRATCH_BYTES = 48 * 1024  # under the allocator's mmap threshold (cce_duck.allocator)
 
 
 def _products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -251,10 +251,13 @@ class SessionIndex:
             p_tf=post.column("tf").to_numpy().astype(np.float32)[order],
         )
 
-    @property
-    def full_tokens(self) -> int:
-        """Tokens of the whole stored history, with the per-message overhead (4 each)."""
-        return int(self.tokens.sum()) + 4 * len(self.tokens)
+    @cached_property
+    def who_tokens(self) -> np.ndarray:
+        """(n,) int64 token estimate of who said each turn (its speaker, else its role): the
+        ``who`` of the turn's ``who: text`` line."""
+        cost: dict[str, int] = {}
+        return np.array([cost.setdefault(w, estimate_tokens(w)) for w in (
+            s or r for s, r in zip(self.speaker, self.role, strict=True))], dtype=np.int64)
 
     def sentence_spans(self, row: int) -> list[tuple[int, int]]:
         """Character offsets of every sentence of the turn at ``row`` (empty when it has no

@@ -21,7 +21,8 @@ def messages_tokens(messages: list[dict[str, Any]]) -> int:
 
 @dataclass
 class VerbatimTurn:
-    """A recent or pending turn sent as it was written."""
+    """A turn sent as it was written (``state``: hot, pending, or compressed when the whole
+    history is sent)."""
 
     turn_no: int
     role: str
@@ -37,7 +38,13 @@ class VerbatimTurn:
 
 @dataclass
 class ContextPayload:
-    """A token-capped context: a memory block (pins, notes, quotes) then verbatim turns."""
+    """A token-capped context: a memory block (pins, notes, quotes) then verbatim turns.
+
+    ``full_tokens`` is what sending the whole history as it is would cost and ``pin_tokens``
+    what the pins cost on their own, both measured as :attr:`tokens` is; a context never costs
+    more than ``min(max_tokens, full_tokens + pin_tokens)``. ``verbatim``: the history (or its
+    asked window) fitted, so the context is its turns as they are, after the pins.
+    """
 
     session_id: str
     query: str
@@ -47,6 +54,8 @@ class ContextPayload:
     notes: list[dict[str, Any]] = field(default_factory=list)
     pins: list[str] = field(default_factory=list)
     full_tokens: int = 0
+    pin_tokens: int = 0
+    verbatim: bool = False
     explain: dict[str, Any] | None = None
 
     def to_messages(self) -> list[dict[str, Any]]:
@@ -62,11 +71,14 @@ class ContextPayload:
         return out
 
     def to_string(self) -> str:
-        """The whole context as one text (memory block, then the turns with who said them)."""
+        """The whole context as one text: the memory block, then the turns with who said them
+        (under a ``Recent conversation (day):`` line unless the context is the history as it
+        is)."""
         parts = [self.memory] if self.memory else []
         if self.turns:
+            lines = "\n".join(t.line() for t in self.turns)
             day = self.turns[0].ts.strftime("%Y-%m-%d")
-            parts.append(f"Recent conversation ({day}):\n" + "\n".join(t.line() for t in self.turns))
+            parts.append(lines if self.verbatim else f"Recent conversation ({day}):\n{lines}")
         return "\n".join(parts)
 
     @property
@@ -82,9 +94,15 @@ class ContextPayload:
         return n
 
     @property
+    def history_tokens(self) -> int:
+        """What the call would have cost without memory: the whole history and the pins."""
+        return self.full_tokens + self.pin_tokens
+
+    @property
     def tokens_saved(self) -> int:
-        """Tokens of the full history minus tokens sent (never negative)."""
-        return max(0, self.full_tokens - self.tokens)
+        """Net saving of this call: :attr:`history_tokens` minus the tokens sent (the context
+        never costs more, so this is never negative; it is 0 when the history is sent)."""
+        return self.history_tokens - self.tokens
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (times as ISO strings)."""

@@ -31,7 +31,7 @@ CURRENT_MACROS: dict[str, str] = {
     "cce_overview": "cce_overview_v1",
     "cce_turns": "cce_turns_v1",
     "cce_recent": "cce_recent_v1",
-    "cce_stats": "cce_stats_v2",
+    "cce_stats": "cce_stats_v3",
     "cce_forget_plan": "cce_forget_plan_v1",
     "cce_export": "cce_export_v1",
 }

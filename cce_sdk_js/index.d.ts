@@ -39,7 +39,7 @@ export interface VerbatimTurn {
   content: string;
   /** Epoch milliseconds. */
   ts: number;
-  state: "hot" | "pending";
+  state: "hot" | "pending" | "compressed";
 }
 
 export interface Quote {
@@ -102,9 +102,15 @@ export class ContextPayload {
   turns: VerbatimTurn[];
   notes: ChosenNote[];
   pins: string[];
+  /** What sending the whole history as it is costs (measured as `tokens` is). */
   fullTokens: number;
+  /** What the pins cost on their own; `tokens <= min(maxTokens, fullTokens + pinTokens)`. */
+  pinTokens: number;
+  /** The history (or its asked window) fitted: the context is its turns as they are. */
+  verbatim: boolean;
   explain: Explain | null;
   readonly tokens: number;
+  /** Net: `fullTokens + pinTokens - tokens` (never negative). */
   readonly tokensSaved: number;
   toMessages(): ChatMessage[];
   toString(): string;
@@ -265,6 +271,8 @@ export interface RemoteContext {
   notes: (Omit<ChosenNote, "start_ts" | "end_ts"> & { start_ts: string; end_ts: string })[];
   pins: string[];
   full_tokens: number;
+  pin_tokens: number;
+  verbatim: boolean;
   tokens: number;
   tokens_saved: number;
   messages: ChatMessage[];

@@ -42,19 +42,26 @@ def test_pin_text_and_turn_listed_updated_removed(eng: Engine) -> None:
 def test_pins_come_first_in_every_context(eng: Engine) -> None:
     eng.pin("s", "PINNED-RULE answer briefly.")
     for q in ("piano lessons", "what did we talk about?", "garden party grill"):
-        ctx = eng.context("s", q, max_tokens=400)
+        ctx = eng.context("s", q, max_tokens=200)  # below the history (268 tokens)
         assert ctx.pins == ["PINNED-RULE answer briefly."]
         memory = ctx.to_messages()[0]["content"]
         lines = memory.splitlines()
         assert lines[1] == "Pinned:"
         assert lines[2] == "- PINNED-RULE answer briefly."
+        # the history fits: the pins, then every turn as it is
+        ctx = eng.context("s", q, max_tokens=400)
+        assert ctx.verbatim
+        assert ctx.to_messages()[0]["content"].splitlines() == [
+            "Pinned:", "- PINNED-RULE answer briefly."]
+        assert len(ctx.turns) == 20
 
 
-@pytest.mark.parametrize("max_tokens", [120, 200, 400, 1000])
+@pytest.mark.parametrize("max_tokens", [120, 200, 400, 600])
 def test_pins_use_at_most_a_quarter_of_the_budget(eng: Engine, max_tokens: int) -> None:
     for i in range(12):
         eng.pin("s", f"Rule {i}: " + "keep every invoice for seven years " * 4)
     ctx = eng.context("s", "budget", max_tokens=max_tokens, explain=True)
+    assert not ctx.verbatim  # the history (268 tokens) and the pins (~350) do not fit
     used = sum(estimate_tokens(f"- {p}") + 1 for p in ctx.pins)
     assert used <= max_tokens // 4
     assert ctx.explain is not None
@@ -201,3 +208,13 @@ def test_every_change_moves_the_session_forward(eng: Engine) -> None:
         before = stamp()
         change()
         assert stamp() > before
+
+
+def test_every_pin_is_sent_when_the_history_and_the_pins_fit(eng: Engine) -> None:
+    for i in range(12):
+        eng.pin("s", f"Rule {i}: " + "keep every invoice for seven years " * 4)
+    ctx = eng.context("s", "budget", max_tokens=1000)
+    assert ctx.verbatim
+    assert len(ctx.pins) == 12  # more than a quarter of the budget: nothing else needed room
+    assert ctx.tokens == ctx.full_tokens + ctx.pin_tokens <= 1000
+    assert ctx.tokens_saved == 0

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field
 
 from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
+from cce_duck.allocator import tune_owned_process
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
@@ -91,7 +92,8 @@ def build_server(engine: Engine) -> MCPServer[Any]:
         payload = eng.call(e.context, session_id, query, max_tokens=max_tokens, top_k=top_k,
                            since=since, until=until, last_turns=last_turns, explain=explain)
         out = {"context": payload.to_string(), "tokens": payload.tokens,
-               "full_tokens": payload.full_tokens, "notes": payload.to_dict()["notes"]}
+               "full_tokens": payload.full_tokens, "pin_tokens": payload.pin_tokens,
+               "tokens_saved": payload.tokens_saved, "notes": payload.to_dict()["notes"]}
         if explain:
             out["explain"] = payload.to_dict()["explain"]
         return out
@@ -167,17 +169,19 @@ def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
 
     @server.tool()
     def cce_export_session(session_id: SessionId,
-                           path: Annotated[str | None, Field(None, min_length=1, max_length=4096,
-                                                             description="Write here instead")] = None,
+                           path: Annotated[str | None, Field(
+                               None, min_length=1, max_length=4096,
+                               description="Write here instead: a name inside the export folder "
+                                           "the user set (CCE_EXPORT_DIR)")] = None,
                            format: Literal["json", "parquet"] = "json") -> dict[str, Any]:
         """Export a session: returned as JSON (turns, notes, pins, summary), or written to path
-        (json file, or a folder of Parquet files with vectors)."""
+        inside the user's export folder (json file, or a folder of Parquet files with vectors)."""
         if path is None:
             if format != "json":
                 raise ToolError("format parquet needs a path")
             doc = eng.call(e.export_document, session_id)
             return {k: _jsonable(v) for k, v in doc.items()}
-        out = eng.call(e.export_session, session_id, path, format=format)
+        out = eng.call(e.export_session, session_id, path, format=format, confined=True)
         return {"session_id": session_id, "path": str(out), "format": format}
 
 
@@ -194,5 +198,7 @@ def run_stdio(config: Config) -> None:
 
 
 def main() -> None:
-    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``)."""
+    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``; a process
+    cce_duck owns: the allocator is tuned)."""
+    tune_owned_process()
     run_stdio(Config.from_env())

@@ -1,5 +1,6 @@
 // The context builder, ported from cce_duck/context.py: pins, recent and pending turns, then
-// retrieved notes with verbatim quotes, under a hard token cap.
+// retrieved notes with verbatim quotes, under a hard token cap; and never more than the history
+// itself: a history that fits with its pins is sent as it is (cce_duck/history.py).
 import { estimateTokens, outsideSpans } from "./text.js";
 import { clip } from "./topics.js";
 
@@ -67,11 +68,12 @@ export class ContextPayload {
     return out;
   }
 
-  /** The whole context as one text. */
+  /** The whole context as one text (no "Recent conversation" line when it is the history as it is). */
   toString() {
     const parts = this.memory ? [this.memory] : [];
     if (this.turns.length) {
-      parts.push(`Recent conversation (${day(this.turns[0].ts).slice(0, 10)}):\n${this.turns.map(line).join("\n")}`);
+      const lines = this.turns.map(line).join("\n");
+      parts.push(this.verbatim ? lines : `Recent conversation (${day(this.turns[0].ts).slice(0, 10)}):\n${lines}`);
     }
     return parts.join("\n");
   }
@@ -81,8 +83,9 @@ export class ContextPayload {
     return Math.max(asMessages, estimateTokens(this.toString()));
   }
 
+  /** Net saving: the history and the pins minus what is sent (never negative: never more is sent). */
   get tokensSaved() {
-    return Math.max(0, this.fullTokens - this.tokens);
+    return this.fullTokens + this.pinTokens - this.tokens;
   }
 
   toJSON() {
@@ -90,9 +93,34 @@ export class ContextPayload {
       turns: this.turns.map((t) => ({ ...t, ts: new Date(t.ts).toISOString() })),
       notes: this.notes.map((n) => ({ ...n, start_ts: new Date(n.start_ts).toISOString(), end_ts: new Date(n.end_ts).toISOString(),
         quotes: n.quotes.map((q) => (q.ts === undefined ? q : { ...q, ts: new Date(q.ts).toISOString() })) })),
-      pins: this.pins, full_tokens: this.fullTokens, tokens: this.tokens, tokens_saved: this.tokensSaved,
+      pins: this.pins, full_tokens: this.fullTokens, pin_tokens: this.pinTokens, verbatim: this.verbatim,
+      tokens: this.tokens, tokens_saved: this.tokensSaved,
       messages: this.toMessages(), explain: this.explain ?? null };
   }
+}
+
+const pinBlock = (pins) => (pins.length ? [PIN_HEADER, ...pins.map((p) => `- ${p.text}`)].join("\n") : "");
+const pinTokens = (pins) => (pins.length ? MESSAGE_OVERHEAD + estimateTokens(pinBlock(pins)) : 0);
+
+/** Tokens of sending `turns` as they are, from their stored estimates: the larger of the message
+ * form and the `who: text` lines (cce_duck/history.py `history_tokens`). */
+function historyTokens(turns) {
+  if (!turns.length) return 0;
+  const text = turns.reduce((a, t) => a + t.tokens, 0);
+  const who = turns.reduce((a, t) => a + estimateTokens(t.speaker || t.role), 0);
+  return Math.max(text + MESSAGE_OVERHEAD * turns.length, text + who + 2 * turns.length - 1);
+}
+
+/** The pins, then `turns` as they were written; null when a turn has no text or it would not fit. */
+function verbatimContext(s, req, turns, hotTurns, fullTokens, pinsCost) {
+  if (turns.some((t) => t.content === null)) return null;
+  const payload = new ContextPayload({
+    sessionId: s.id, query: req.query, maxTokens: req.maxTokens, memory: pinBlock(s.pins),
+    turns: turns.map((t) => ({ turn_no: t.turnNo, role: t.role, speaker: t.speaker, content: t.content, ts: t.ts,
+      state: t.noteId !== null ? "compressed" : t.turnNo >= s.nextTurn - hotTurns ? "hot" : "pending" })),
+    notes: [], pins: s.pins.map((p) => p.text), fullTokens, pinTokens: pinsCost, verbatim: true, explain: null,
+  });
+  return payload.tokens <= Math.min(req.maxTokens, fullTokens + pinsCost) ? payload : null;
 }
 
 export function buildContext(engine, s, req, explain) {
@@ -100,6 +128,23 @@ export function buildContext(engine, s, req, explain) {
   const budget = new Budget(req.maxTokens);
   const first = req.lastTurns ? s.nextTurn - req.lastTurns : null;
   const memoryOverhead = MESSAGE_OVERHEAD + estimateTokens(MEMORY_HEADER) + 1;
+
+  // 0. the history (or its asked window) and the pins fit: send them as they are
+  const full = historyTokens(s.turns);
+  const pinsCost = pinTokens(s.pins);
+  const inWindow = s.turns.filter((t) => (first === null || t.turnNo >= first)
+    && (req.since === null || t.ts >= req.since) && (req.until === null || t.ts <= req.until));
+  if (historyTokens(inWindow) + pinsCost <= req.maxTokens) {
+    const whole = verbatimContext(s, req, inWindow, cfg.hotTurns, full, pinsCost);
+    if (whole !== null) {
+      if (explain) {
+        whole.explain = { budget: { max_tokens: req.maxTokens, used: whole.tokens, pins: 0, recent: 0, pending: 0,
+          notes: 0, overhead: 0 }, overview: isOverviewQuestion(req.query), verbatim: true, hits: [], chosen: [], dropped: [] };
+      }
+      return whole;
+    }
+  }
+  const cap = Math.min(req.maxTokens, full + pinsCost);
 
   // 1. pins (at most a quarter of the budget)
   const pins = [];
@@ -152,9 +197,9 @@ export function buildContext(engine, s, req, explain) {
   const payload = new ContextPayload({
     sessionId: s.id, query: req.query, maxTokens: req.maxTokens, memory: renderMemory(pins, chosen, overview),
     turns: verbatim, notes: chosen, pins: pins.map((p) => p.slice(2)),
-    fullTokens: s.turns.reduce((a, t) => a + t.tokens, 0) + 4 * s.turns.length, explain: null,
+    fullTokens: full, pinTokens: pinsCost, verbatim: false, explain: null,
   });
-  while (payload.tokens > req.maxTokens) {  // safety net: never trust the estimate blindly
+  while (payload.tokens > cap) {  // safety net: never trust the estimate blindly
     if (payload.notes.length) {
       let last = payload.notes[0];
       let lastRank = -Infinity;

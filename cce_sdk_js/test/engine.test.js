@@ -33,6 +33,7 @@ test("the context never exceeds the cap", () => {
     for (const q of ["freezer threshold", "What did we talk about?", "", "budget of the ACME project"]) {
       const p = eng.context("s", q, { maxTokens: budget, explain: true });
       assert.ok(p.tokens <= budget, `${p.tokens} > ${budget} for ${JSON.stringify(q)}`);
+      assert.ok(p.tokens <= p.fullTokens + p.pinTokens, "never more than the history and the pins");
       assert.equal(p.explain.budget.max_tokens, budget);
     }
   }
@@ -40,11 +41,25 @@ test("the context never exceeds the cap", () => {
   assert.ok(big.memory.startsWith("Memory of earlier conversation"));
   assert.ok(big.memory.includes("Pinned:\n- Priya is allergic to peanuts."));
   assert.ok(big.tokens < big.fullTokens);
-  assert.equal(big.tokensSaved, big.fullTokens - big.tokens);
+  assert.equal(big.tokensSaved, big.fullTokens + big.pinTokens - big.tokens);
   const msgs = big.toMessages();
   assert.equal(msgs[0].role, "system");
   assert.equal(msgs.length, 1 + big.turns.length);
   assert.equal(JSON.parse(JSON.stringify(big)).tokens, big.tokens);
+});
+
+test("a history that fits is sent as it is, after the pins", () => {
+  const eng = createEngine();
+  eng.addMessage("s", "user", "We picked DuckDB for storage.");
+  eng.pin("s", "Answer briefly.");
+  const p = eng.context("s", "storage?", { maxTokens: 500 });
+  assert.ok(p.verbatim);
+  assert.equal(p.memory, "Pinned:\n- Answer briefly.");
+  assert.equal(p.toString(), "Pinned:\n- Answer briefly.\nuser: We picked DuckDB for storage.");
+  assert.equal(p.tokens, p.fullTokens + p.pinTokens);
+  assert.equal(p.tokensSaved, 0);
+  const small = eng.context("s", "storage?", { maxTokens: p.tokens - 1 });
+  assert.ok(!small.verbatim && small.tokens < p.tokens);
 });
 
 test("bad input is refused and stores nothing", () => {

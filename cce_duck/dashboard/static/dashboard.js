@@ -115,13 +115,14 @@
     const last = s[s.length - 1];
     $("plot-caption").textContent = last
       ? "After " + last.turns + " messages: " + last.sent + " tokens sent instead of " + last.full
-        + " (" + Math.round(100 * (1 - last.sent / Math.max(1, last.full))) + "% saved)."
+        + " (" + Math.round(100 * (last.full - last.sent) / Math.max(1, last.full)) + "% saved)."
       : "Replay or type messages: each user message adds a point (the context its answer would get).";
   }
 
   async function measure(query, turnsCount) {
     const p = await api("POST", session("/context"), { query, max_tokens: Number($("max-tokens").value) || 500 });
-    state.series.push({ turns: turnsCount, sent: p.tokens, full: p.full_tokens });
+    // what the call would cost without memory: the whole history, and the pins
+    state.series.push({ turns: turnsCount, sent: p.tokens, full: p.full_tokens + (p.pin_tokens || 0) });
     saveSeries();
   }
 
@@ -169,7 +170,7 @@
       const p = await api("POST", session("/context"), { query: q, max_tokens: Number($("max-tokens").value) || 500, explain: true });
       $("context").textContent = p.messages.map((m) => "[" + m.role + (m.name ? " " + m.name : "") + "]\n" + m.content).join("\n\n");
       $("context-tokens").textContent = p.tokens;
-      $("history-tokens").textContent = p.full_tokens;
+      $("history-tokens").textContent = p.full_tokens + (p.pin_tokens || 0);
       const ex = p.explain;
       const b = ex.budget;
       $("budget").textContent = "budget " + b.used + " / " + b.max_tokens + " · pins " + b.pins + " · system note "
@@ -198,7 +199,8 @@
           fmt(h.recency, 2), fmt(h.fused, 4), where || "✗ " + (why.get(h.turn_no) || "")], where ? "chosen" : "");
       });
       $("explain").tBodies[0].replaceChildren(...rows);
-      status("context: " + p.tokens + " of " + p.full_tokens + " tokens", "ok");
+      status("context: " + p.tokens + " of " + (p.full_tokens + (p.pin_tokens || 0)) + " tokens"
+        + (p.verbatim ? " (the history fits: sent as it is)" : ""), "ok");
     } catch (err) {
       status(err.message, "error");
     }

@@ -31,26 +31,28 @@ def test_the_alias_points_to_v2() -> None:
 
 @pytest.mark.parametrize("budget", [300, 1000])
 def test_macro_order_is_the_context_explain_hits(file_engine: Engine, budget: int) -> None:
-    msgs, questions = random_session(7, 120)
+    msgs, questions = random_session(7, 240)
     file_engine.ingest("s", msgs)
-    start = datetime.fromisoformat(msgs[40]["timestamp"])
+    start = datetime.fromisoformat(msgs[110]["timestamp"])
     compared = reranked = 0
     for q in questions:
-        for window in ({}, {"last_turns": 50}, {"since": start}, {"until": start}):
+        for window in ({}, {"last_turns": 120}, {"since": start}, {"until": start}):
             p = file_engine.context("s", q, max_tokens=budget, explain=True, **window)
             assert p.explain is not None
             hits = [h["turn_no"] for h in p.explain["hits"]]
+            if not hits:  # the window's history fits the budget: it is sent as it is
+                assert p.tokens <= budget
+                continue
             before = p.turns[0].turn_no if p.turns else None
             args = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in window.items()}
             mine = _macro(file_engine, "s", q, k=HITS_PER_NOTE * file_engine.config.top_k,
                           before_turn=before, **args)
-            assert hits, (q, window)
             assert mine == hits, (q, window)
             plain = _macro(file_engine, "s", q, k=HITS_PER_NOTE * file_engine.config.top_k,
                            before_turn=before, conversation=False, **args)
             compared += 1
             reranked += plain != mine
-    assert compared == 4 * len(questions)
+    assert compared >= 3 * len(questions)
     assert reranked > compared // 2  # the conversation re-ranking is part of what is compared
 
 

@@ -32,22 +32,25 @@ $(E2E): $(TEST)
 demo: $(BIN)/cce
 	$(BIN)/cce demo
 
-## The whole test suite: ruff, the fast and slow tests (real embedding model, wheel build), the
-## end-to-end stage (`-m e2e`: a real model behind a local llama.cpp server), then the JavaScript
+## The whole test suite: ruff, the fast, slow, process and browser tests (real embedding model,
+## wheel build, server processes, Chromium; the generated docs are checked), the end-to-end stage
+## (`--run-e2e -m e2e`: a real model behind a local llama.cpp server), then the JavaScript
 ## SDK's tests (node's test runner; the cross-language test runs this .venv).
 test: $(TEST) $(E2E)
 	$(BIN)/ruff check cce_duck udfs tests benchmarks
 	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
-	$(BIN)/python -m pytest -q -m e2e; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	$(BIN)/python -m pytest -q --run-e2e -m e2e; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 	cd cce_sdk_js && CCE_PYTHON=$(CURDIR)/$(BIN)/python npm test
 
-## Only the fast and slow tests (no end-to-end stage, no extra install).
+## The inner loop: no slow test (real models, package builds), no test that starts processes or
+## a browser, no end-to-end stage (it runs only with --run-e2e).
+FAST := not slow and not processes and not browser
 test-fast: $(TEST)
-	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	$(BIN)/python -m pytest -q -m "$(FAST)"; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 ## Only the end-to-end stage.
 test-e2e: $(E2E)
-	$(BIN)/python -m pytest -q -m e2e; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	$(BIN)/python -m pytest -q --run-e2e -m e2e; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 test-js: $(TEST)
 	cd cce_sdk_js && CCE_PYTHON=$(CURDIR)/$(BIN)/python npm test

@@ -41,6 +41,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import cce_duck
+from cce_duck.allocator import tune_owned_process
 from cce_duck.store import DB_FILE
 from cce_duck.writer import JOURNAL_FILE
 
@@ -484,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--notes", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--per-session", type=int, default=1000, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    # Measured as the processes cce_duck owns run (the cce command, the servers): glibc malloc
+    # tuned for the whole process, the memory child included (it runs this function too);
+    # CCE_TUNE_ALLOCATOR=0 measures without. A library user opts in (Config.tune_allocator).
+    tune_owned_process()
 
     if args.child_memory:
         memory_child(args.data, args.child_memory, args.notes, args.per_session)

@@ -9,7 +9,7 @@ from typing import Any
 
 from cce_duck.errors import ValidationError
 
-__all__ = ["SUMMARISERS", "Config"]
+__all__ = ["SUMMARISERS", "Config", "env_flag"]
 
 _ENV: dict[str, str] = {
     "data_dir": "CCE_DATA_DIR",
@@ -38,6 +38,7 @@ _ENV: dict[str, str] = {
     "summariser_max_tokens": "CCE_SUMMARISER_MAX_TOKENS",
     "summariser_input_tokens": "CCE_SUMMARISER_INPUT_TOKENS",
     "summariser_timeout_s": "CCE_SUMMARISER_TIMEOUT_S",
+    "export_dir": "CCE_EXPORT_DIR",
 }
 
 SUMMARISERS = ("extractive", "llm")
@@ -77,8 +78,10 @@ class Config:
             truth; a small pool keeps resident memory flat as memory grows.
         tune_allocator: Have the C allocator (glibc) map blocks of 64 KB and more on their own
             and keep at most two heaps, so that memory freed by DuckDB, Arrow and NumPy goes
-            back to the system instead of fragmenting the heap (see :mod:`cce_duck.memory`).
-            Process-wide; turn it off when the host application tunes malloc itself.
+            back to the system instead of fragmenting the heap (see :mod:`cce_duck.allocator`).
+            Process-wide, so off for a library user unless asked for (``CCE_TUNE_ALLOCATOR=1``);
+            the processes cce_duck owns (the ``cce`` command, its servers, ``cce-mcp``) tune
+            at start unless ``CCE_TUNE_ALLOCATOR=0``.
         summariser: How topic notes (and the summary of a closed session) are summarised:
             ``extractive`` (default: the topic's most central message lines, no model) or
             ``llm`` (one model call per note through :class:`cce_duck.llm.LLM` and the store's
@@ -94,6 +97,9 @@ class Config:
         summariser_input_tokens: Most tokens of a topic's text one summary call sees (longer
             topics send every message cut to a fair share).
         summariser_timeout_s: Limit of one summary call (one retry, twice this in total).
+        export_dir: The one folder in which an agent may have exports written (the MCP tool
+            ``cce_export_session`` with a ``path``; relative paths are taken inside it).
+            ``None`` (the default): that tool returns exports but writes no file.
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -116,7 +122,7 @@ class Config:
     warm_tier_max_chunks: int | None = None
     index_cache_mb: int = 64
     duckdb_memory_mb: int = 32
-    tune_allocator: bool = True
+    tune_allocator: bool = False
     summariser: str = "extractive"
     summariser_model: str | None = None
     summariser_backend: Any = None
@@ -124,6 +130,7 @@ class Config:
     summariser_max_tokens: int = 80
     summariser_input_tokens: int = 1024
     summariser_timeout_s: float = 30.0
+    export_dir: Path | None = None
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
@@ -149,8 +156,10 @@ class Config:
                 not isinstance(self.encryption_key, str) or not self.encryption_key):
             raise ValidationError("config encryption_key must be a non-empty string or None")
         self._check_summariser()
-        if self.data_dir is not None and not isinstance(self.data_dir, Path):
-            object.__setattr__(self, "data_dir", Path(self.data_dir))
+        for name in ("data_dir", "export_dir"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
 
     def _check_summariser(self) -> None:
         mode = self.summariser
@@ -193,16 +202,28 @@ class Config:
         return replace(self, **changes)
 
 
+def env_flag(var: str) -> bool | None:
+    """A yes/no environment variable (``1 true yes on`` / ``0 false no off``); ``None`` when
+    unset or empty. Any other value is a :class:`ValidationError`."""
+    raw = os.environ.get(var)
+    if raw is None or raw == "":
+        return None
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ValidationError(f"environment variable {var}={raw!r} is not a yes/no value (1 or 0)")
+
+
 def _parse(name: str, type_name: str, raw: str, var: str) -> Any:
     try:
         if "Path" in type_name:
             return Path(raw)
         if "bool" in type_name:
-            if raw.lower() in {"1", "true", "yes", "on"}:
-                return True
-            if raw.lower() in {"0", "false", "no", "off"}:
-                return False
-            raise ValueError(raw)
+            flag = env_flag(var)
+            if flag is None:
+                raise ValueError(raw)
+            return flag
         if "float" in type_name:
             return float(raw)
         if "int" in type_name:

@@ -10,14 +10,14 @@ from typing import IO, Any
 
 import polars as pl
 
-from cce_duck import clock
+from cce_duck import clock, erasure
+from cce_duck.allocator import tune_allocator
 from cce_duck.config import Config
 from cce_duck.context import SEARCH_SCHEMA, ContextRequest, build_context, retrieve
 from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache
 from cce_duck.management import ManagementMixin
-from cce_duck.memory import tune_allocator
 from cce_duck.messages import load_history, parse_messages, parse_time, validate_session_id
 from cce_duck.payload import ContextPayload
 from cce_duck.rows import content_hash
@@ -50,6 +50,8 @@ class Engine(ManagementMixin):
         elif overrides:
             config = config.with_(**overrides)
         self.config = config
+        self._context_calls: list[dict[str, Any]] = []
+        self._closed = False
         if config.summariser == "llm" and not read_only:
             model_of(config)  # a missing model id is refused before the folder is touched
         if config.tune_allocator:
@@ -59,12 +61,12 @@ class Engine(ManagementMixin):
                            memory_mb=config.duckdb_memory_mb)
         self.index = IndexCache(config.index_cache_mb * 2**20)
         try:
+            erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
             self.writer.on_flush = self._flushed
         except BaseException:
             self.store.close()
             raise
-        self._closed = False
         atexit.register(self.close)
 
     # -- lifecycle ----------------------------------------------------------

@@ -85,7 +85,7 @@ def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
     return flat.astype(np.int8, copy=False).reshape(-1, dim)
 
 
-_SCRATCH_BYTES = 48 * 1024  # under the allocator's mmap threshold (cce_duck.memory)
+_SCRATCH_BYTES = 48 * 1024  # under the allocator's mmap threshold (cce_duck.allocator)
 
 
 def _products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from cce_duck import corrections, deletion, export, forget, pins, warm
+from cce_duck import corrections, deletion, erasure, export, forget, pins, warm
 from cce_duck.clock import now
 from cce_duck.errors import CCEError, NotFoundError
 from cce_duck.payload import ContextPayload
@@ -36,6 +36,8 @@ class ManagementMixin:
     writer: Writer
     config: Config
     index: IndexCache
+    #: Sizes of built contexts not stored yet (``context_calls`` rows), set by ``Engine``.
+    _context_calls: list[dict[str, Any]]
 
     if TYPE_CHECKING:
         def _existing(self, session_id: str) -> str:
@@ -52,7 +54,7 @@ class ManagementMixin:
         """Remember the size of a built context; written in batches (stats, close, every 64)."""
         if self.store.read_only:
             return
-        calls: list[dict[str, Any]] = self.__dict__.setdefault("_context_calls", [])
+        calls = self._context_calls
         calls.append({"session_id": payload.session_id, "called_at": now(),
                       "max_tokens": payload.max_tokens, "tokens_sent": payload.tokens,
                       "history_tokens": payload.history_tokens})
@@ -60,7 +62,7 @@ class ManagementMixin:
             self._flush_context_calls()
 
     def _flush_context_calls(self) -> None:
-        calls: list[dict[str, Any]] = self.__dict__.get("_context_calls") or []
+        calls = self._context_calls
         if not calls or self.store.read_only:
             return
         tbl = pa.Table.from_pylist(calls, schema=pa.schema([
@@ -155,16 +157,23 @@ class ManagementMixin:
             raise CCEError("this store is open read-only; open it without read_only to compact")
         self.flush()
         before = _file_bytes(self.store)
-        forget.scrub(self.store)
+        erasure.scrub(self.store)
         return {"bytes_before": before, "bytes_after": _file_bytes(self.store)}
 
     # -- export / import ----------------------------------------------------
 
     def export_session(self, session_id: str, path: str | os.PathLike[str], *,
-                       format: str = "json") -> Path:
+                       format: str = "json", confined: bool = False) -> Path:
         """Write one session to ``path``: a JSON file (no vectors) or, with
-        ``format="parquet"``, a folder of Parquet files (vectors and postings included)."""
-        return export.export_session(self.store, self._existing(session_id), path, format)
+        ``format="parquet"``, a folder of Parquet files (vectors and postings included).
+
+        ``confined=True`` (for callers who must not choose any path, such as an agent): ``path``
+        must lie inside :attr:`Config.export_dir` (a relative path is taken inside it), else
+        :class:`~cce_duck.errors.ValidationError` and nothing is written."""
+        sid = self._existing(session_id)
+        if confined:
+            path = export.confined_path(self.config.export_dir, path)
+        return export.export_session(self.store, sid, path, format)
 
     def import_session(self, path: str | os.PathLike[str], *, session_id: str | None = None
                        ) -> str:

@@ -14,8 +14,8 @@ from functools import lru_cache
 
 import Stemmer
 
-from cce_duck.scripts import FOLD, KATAKANA, MARKS, NO_SPACE, script_of
 from cce_duck.stopwords import OTHER_STOPWORDS, QUESTION_WORDS
+from cce_duck.writing_systems import FOLD, KATAKANA, MARKS, NO_SPACE, script_of
 
 __all__ = [
     "STOPWORDS",
@@ -62,7 +62,6 @@ _QUESTION_WORDS: frozenset[str] = frozenset(
     ]
 )
 
-_CJK = NO_SPACE  # kept name: scripts written without spaces between words
 _CJK_RUN = re.compile(f"[{NO_SPACE}]+")
 _LETTER = rf"[^\W_{NO_SPACE}]"
 _WORD_BODY = rf"{_LETTER}(?:{_LETTER}|[{MARKS}])*"
@@ -109,7 +108,7 @@ def _append_sentence(out: list[Sentence], text: str, start: int, end: int) -> No
 
 
 def _normalise(text: str) -> str:
-    """NFKC, case folding, then :data:`cce_duck.scripts.FOLD` (digits, zero-width, Arabic, ё)."""
+    """NFKC, case folding, then :data:`cce_duck.writing_systems.FOLD` (digits, zero-width, Arabic, ё)."""
     if text.isascii():
         return text.lower()
     return unicodedata.normalize("NFKC", text).casefold().translate(FOLD)

@@ -32,8 +32,3 @@ class Window:
                                        or last_turns <= 0):
             raise ValidationError(f"last_turns must be a positive integer, got {last_turns!r}")
         return cls(s, u, last_turns)
-
-    def sql_params(self) -> list[object]:
-        """``[since, until, last_turns]`` as the ``cce_retrieve`` macro takes them."""
-        return [None if self.since is None else self.since.isoformat(),
-                None if self.until is None else self.until.isoformat(), self.last_turns]

@@ -18,6 +18,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"duckdb {duckdb.__version__}, polars {pl.__version__}"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-e2e", action="store_true", default=False,
+                     help="also run the end-to-end stage (e2e: a real model server; make test-e2e)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the end-to-end stage unless ``--run-e2e`` is given: a ``-m`` expression alone never
+    runs it (``-m "not slow"`` used to replace the ``not e2e`` of addopts and pull it in)."""
+    if config.getoption("--run-e2e"):
+        return
+    skip = pytest.mark.skip(reason="end-to-end stage: run with --run-e2e (make test-e2e)")
+    for item in items:
+        if "e2e" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _cce_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never touch a real data folder or load a real model by accident."""

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 from conftest import topic_messages
 from servers import cce_server
 from typer.testing import CliRunner
@@ -23,6 +24,7 @@ def _hits(folder: Path) -> list[str]:
     return [p.name for p in folder.rglob("*") if p.is_file() and MARKER.encode() in p.read_bytes()]
 
 
+@pytest.mark.processes
 def test_encrypt_then_decrypt(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with Engine(data_dir=data, embedder="hash") as eng:

@@ -9,11 +9,14 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.browser import chromium
 from tests.servers import cce_server
+
+pytestmark = pytest.mark.browser
 
 
 def _text(driver: object, element_id: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import platform
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 from cce_duck import CCEError, Engine
 from cce_duck.dbfile import BLOCK_SIZE
 from cce_duck.embedders.hash import HashEmbedder
-from cce_duck.forget import scrub
+from cce_duck.erasure import scrub
 from cce_duck.store import DB_FILE
 from cce_duck.text import split_sentences
 
@@ -73,24 +72,6 @@ def test_hash_message_vector_is_the_same_with_sentences_left_out() -> None:
     assert parts.shape == (2, 384)
     np.testing.assert_allclose(whole[0], emb.embed([text])[0], atol=1e-6)
     np.testing.assert_allclose(parts, emb.embed([text[a:z] for a, z in spans]), atol=1e-6)
-
-
-def test_allocator_tuning_is_on_by_default_and_can_be_turned_off(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from cce_duck import engine as engine_module
-    from cce_duck.config import Config
-    from cce_duck.memory import tune_allocator
-
-    if platform.libc_ver()[0] == "glibc":
-        assert tune_allocator() is True
-    calls: list[int] = []
-    monkeypatch.setattr(engine_module, "tune_allocator", lambda: calls.append(1) or True)
-    Engine(data_dir=None, embedder="hash").close()
-    assert calls == [1]
-    monkeypatch.setenv("CCE_TUNE_ALLOCATOR", "0")
-    assert Config.from_env().tune_allocator is False
-    Engine(Config.from_env(data_dir=None, embedder="hash")).close()
-    assert calls == [1]
 
 
 def _free_blocks(path: Path) -> int:

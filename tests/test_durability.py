@@ -90,6 +90,7 @@ def _check(folder: Path, expected: int, session: str = "s") -> None:
         assert eng.turns(session)["turn_no"].to_list() == list(range(expected + 1))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("count", [5, 70, 200])
 def test_exit_without_close_loses_nothing(tmp_path: Path, count: int) -> None:
     proc = _spawn(tmp_path, count, "exit")
@@ -99,6 +100,7 @@ def test_exit_without_close_loses_nothing(tmp_path: Path, count: int) -> None:
     _check(tmp_path, count)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("count", [3, 64, 130])
 def test_sigkill_without_close_loses_nothing(tmp_path: Path, count: int) -> None:
     proc = _spawn(tmp_path, count, "kill")
@@ -110,6 +112,7 @@ def test_sigkill_without_close_loses_nothing(tmp_path: Path, count: int) -> None
     _check(tmp_path, count)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("delay", [0.0, 0.3, 1.0])
 def test_sigkill_while_writing(tmp_path: Path, delay: float) -> None:
     """Killed at an arbitrary moment: every acknowledged turn is there, once, in order."""
@@ -131,6 +134,7 @@ def test_sigkill_while_writing(tmp_path: Path, delay: float) -> None:
         assert nxt == len(numbers)
 
 
+@pytest.mark.processes
 def test_numbering_continues_across_crashes(tmp_path: Path) -> None:
     first = _spawn(tmp_path, 10, "exit")
     first.communicate(timeout=120)
@@ -142,6 +146,7 @@ def test_numbering_continues_across_crashes(tmp_path: Path) -> None:
     _check(tmp_path, 20)
 
 
+@pytest.mark.processes
 def test_second_process_gets_folder_in_use(tmp_path: Path) -> None:
     folder = tmp_path / "held"
     proc = _spawn(folder, 2, "hold")

@@ -17,8 +17,9 @@ import duckdb
 import pytest
 
 from cce_duck import CCEError, Config, EncryptionError, Engine, FolderInUseError, ValidationError
-from cce_duck.cipher import MARKER_FILE, SealedJournal
-from cce_duck.encryption import STAGING_DIR, decrypt_folder, encrypt_folder
+from cce_duck.cipher import SealedJournal
+from cce_duck.encryption import decrypt_folder, encrypt_folder
+from cce_duck.folder import MARKER_FILE, STAGING_DIR
 from cce_duck.store import DB_FILE
 from cce_duck.writer import JOURNAL_FILE
 
@@ -89,6 +90,7 @@ def test_no_file_of_an_encrypted_folder_holds_the_text(tmp_path: Path) -> None:
         assert eng.summary("s")
 
 
+@pytest.mark.processes
 def test_killed_writer_leaves_nothing_readable_and_loses_nothing(tmp_path: Path) -> None:
     """A real process killed while its messages sit in the sealed journal and the WAL."""
     marker = _marker()
@@ -255,6 +257,7 @@ def test_encrypt_then_decrypt_round_trip(tmp_path: Path) -> None:
         decrypt_folder(tmp_path, PASS)
 
 
+@pytest.mark.processes
 def test_conversion_of_a_folder_in_use(tmp_path: Path) -> None:
     with Engine(data_dir=tmp_path, embedder="hash") as eng:
         eng.add_message("s", "user", "x")
@@ -292,14 +295,14 @@ KILLER = textwrap.dedent("""
     if point == "before_journal":      # the database copy is written, nothing committed
         encryption._recode_journal = die
     elif point == "before_install":    # committed, no file moved yet
-        encryption._install = die
+        encryption.install_stage = die
     elif point == "mid_install":       # committed, the first file moved
         real = os.replace
         def replace(a, b):
             real(a, b)
             if encryption.STAGING_DIR not in str(b):  # a file moved into the folder itself
                 die()
-        encryption.os.replace = replace
+        os.replace = replace
     elif point == "hold":              # stop in the middle and wait to be killed
         real_copy = encryption._copy
         def copy(con, flag):
@@ -316,6 +319,7 @@ def _run_killer(folder: Path, action: str, point: str) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("point", "converted"), [("before_journal", False),
                                                   ("before_install", True),
                                                   ("mid_install", True)])
@@ -347,6 +351,7 @@ def test_killed_conversion_leaves_a_readable_folder(tmp_path: Path, action: str,
                   ) == original
 
 
+@pytest.mark.processes
 def test_open_during_a_conversion_in_another_process(tmp_path: Path) -> None:
     with Engine(data_dir=tmp_path, embedder="hash") as eng:
         _fill(eng, _marker(), n=10)

@@ -116,6 +116,7 @@ def test_search_ranks_with_bm25_and_vectors(tmp_path: Path) -> None:
             nm.search("  ")
 
 
+@pytest.mark.processes
 def test_cross_process_lock_serialises_writers(tmp_path: Path) -> None:
     nm = NotesManager(tmp_path)
     code = textwrap.dedent(f"""

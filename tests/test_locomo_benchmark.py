@@ -169,6 +169,7 @@ def test_recent_takes_the_last_turns_and_rankers_find_the_fact() -> None:
 # -- the harness, as a real process -----------------------------------------------
 
 
+@pytest.mark.processes
 def test_harness_run_writes_the_documented_json(tmp_path: Path) -> None:
     data = write_locomo(tmp_path / "mini.json")
     out, details = tmp_path / "out.json", tmp_path / "details.jsonl"
@@ -203,6 +204,7 @@ def test_harness_run_writes_the_documented_json(tmp_path: Path) -> None:
             row["systems"]["cce_duck"]["context"])
 
 
+@pytest.mark.processes
 def test_harness_budget_sweep_and_bad_arguments(tmp_path: Path) -> None:
     data = write_locomo(tmp_path / "mini.json")
     out = tmp_path / "sweep.json"
@@ -238,6 +240,7 @@ def test_notebook_is_committed_without_outputs() -> None:
     assert all(not c.outputs and c.execution_count is None for c in code)
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_notebook_runs_headless_on_a_small_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                ) -> None:

@@ -11,11 +11,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import topic_messages
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from cce_duck import Engine
+
+pytestmark = pytest.mark.processes
 
 Call = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, Any]]]
 
@@ -207,9 +210,10 @@ def test_pin_and_forget_with_confirm(tmp_path: Path) -> None:
     run_client(data, tmp_path, body)
 
 
-def test_export_session_tool(tmp_path: Path) -> None:
+def test_export_session_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "data"
-    target = tmp_path / "out.json"
+    monkeypatch.setenv("CCE_EXPORT_DIR", str(tmp_path / "exports"))  # the server inherits it
+    target = tmp_path / "exports" / "out.json"
 
     async def body(session: ClientSession, call: Call) -> None:
         assert not (await call("cce_ingest_history", {"session_id": "s", "messages":

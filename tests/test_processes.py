@@ -104,6 +104,7 @@ def folder(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str | 
     return tmp_path, request.param
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("read_only", [False, True])
 def test_writer_holds_everyone_else_is_refused_at_once(folder: tuple[Path, str | None],
                                                       read_only: bool) -> None:
@@ -135,6 +136,7 @@ def test_writer_holds_everyone_else_is_refused_at_once(folder: tuple[Path, str |
         assert eng.turns("s")["turn_no"].to_list() == list(range(7))
 
 
+@pytest.mark.processes
 def test_readers_share_a_folder_and_keep_the_writer_out(folder: tuple[Path, str | None]) -> None:
     path, key = folder
     readers = [Holder(path, "read", key) for _ in range(2)]

@@ -19,6 +19,8 @@ from servers import cce_server
 from cce_duck import Engine
 from cce_duck.payload import messages_tokens
 
+pytestmark = pytest.mark.processes
+
 KEYS = "ck1=proj-*;ck2=other"
 QUESTION = "How much does a piano lesson cost?"
 

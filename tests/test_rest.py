@@ -252,6 +252,7 @@ def test_burst_of_bad_requests_changes_nothing(rest: TestClient, engine: Engine)
     assert r.json()["turns"] == [6]
 
 
+@pytest.mark.processes
 def test_real_server_process(tmp_path: Path) -> None:
     data = tmp_path / "data"
     env = {"CCE_API_KEYS": KEYS}
@@ -280,6 +281,7 @@ def test_real_server_process(tmp_path: Path) -> None:
         assert eng.stats("user-1").to_dicts()[0]["turns"] == 20
 
 
+@pytest.mark.processes
 def test_refuses_public_address_without_key(tmp_path: Path) -> None:
     proc = subprocess.run([*CCE, "serve", "rest", "--host", "0.0.0.0", "--port", "1"],
                           capture_output=True, text=True, timeout=60,

@@ -79,6 +79,7 @@ def test_prompt_toolkit_loop_with_history(folder: Path, tmp_path: Path,
     assert "FROM notes;" in history.read_text()
 
 
+@pytest.mark.processes
 def test_shell_process_reads_stdin(folder: Path) -> None:
     script = "SELECT role, count(*) AS n\nFROM turns GROUP BY role ORDER BY role;\n.tables\n"
     proc = subprocess.run([*CCE, "sql", "--format", "csv", "--data-dir", str(folder)],
@@ -89,6 +90,7 @@ def test_shell_process_reads_stdin(folder: Path) -> None:
     assert "message_vectors" in proc.stdout
 
 
+@pytest.mark.processes
 def test_folder_owned_by_rest_server(folder: Path) -> None:
     env = {"CCE_API_KEYS": "user=s1;boss=*"}
     with cce_server(["rest"], folder, env=env) as (base, _):

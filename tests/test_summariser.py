@@ -348,6 +348,7 @@ CRASH = textwrap.dedent("""
 """)
 
 
+@pytest.mark.processes
 def test_a_crash_during_the_model_call_keeps_every_turn_and_note(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     proc = subprocess.run([sys.executable, "-c", CRASH, str(folder), str(Path(__file__).parent)],

@@ -14,6 +14,7 @@ from rich.progress import track
 from rich.text import Text
 
 from cce_duck import __version__
+from cce_duck.allocator import tune_owned_process
 from cce_duck.cli.common import EmbedderOpt, app
 from cce_duck.cli.output import console, plural, print_frame, say
 from cce_duck.config import Config
@@ -84,5 +85,6 @@ def demo(
 
 
 def main() -> None:
-    """Entry point of the ``cce`` script."""
+    """Entry point of the ``cce`` script (a process cce_duck owns: the allocator is tuned)."""
+    tune_owned_process()
     app()

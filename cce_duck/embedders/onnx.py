@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from cce_duck.allocator import release_free_memory
 from cce_duck.embedders.base import Kind, Matrix
 from cce_duck.errors import CCEError
-from cce_duck.memory import release_free_memory
 
 __all__ = ["OnnxEmbedder", "integer_matmuls", "lookup_after_gather", "onnx_files",
            "prepared_model"]

@@ -20,6 +20,7 @@ from pydantic import ConfigDict, Field
 
 from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
+from cce_duck.allocator import tune_owned_process
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
@@ -237,16 +238,18 @@ def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
                                              idempotent_hint=True, open_world_hint=False))
     def cce_export_session(session_id: SessionId,
-                           path: Annotated[str | None, Field(None, min_length=1, max_length=4096,
-                                                             description="Write here instead")] = None,
+                           path: Annotated[str | None, Field(
+                               None, min_length=1, max_length=4096,
+                               description="Write here instead: a name inside the export folder "
+                                           "the user set (CCE_EXPORT_DIR)")] = None,
                            format: Literal["json", "parquet"] = "json") -> dict[str, Any]:
-        """Export a session as JSON, or write it to path (json, or Parquet with vectors)."""
+        """Export a session as JSON, or write it to path in the export folder (json, Parquet)."""
         if path is None:
             if format != "json":
                 raise ToolError("format parquet needs a path")
             doc = eng.call(e.export_document, session_id)
             return {k: _jsonable(v) for k, v in doc.items()}
-        out = eng.call(e.export_session, session_id, path, format=format)
+        out = eng.call(e.export_session, session_id, path, format=format, confined=True)
         return {"session_id": session_id, "path": str(out), "format": format}
 
 
@@ -263,5 +266,7 @@ def run_stdio(config: Config) -> None:
 
 
 def main() -> None:
-    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``)."""
+    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``; a process
+    cce_duck owns: the allocator is tuned)."""
+    tune_owned_process()
     run_stdio(Config.from_env())

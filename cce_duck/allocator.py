@@ -1,4 +1,4 @@
-"""Giving freed memory back to the operating system.
+"""The C allocator: giving freed memory back to the operating system.
 
 CPython, DuckDB and onnxruntime free memory into the C allocator, which keeps it for reuse; the
 process's resident size then stays at its high-water mark. After work that frees a lot at once
@@ -12,6 +12,10 @@ fixes the threshold at 64 KB, so such blocks are mapped on their own and unmappe
 and allows two heaps. Measured with ``benchmarks/speed.py --child-memory hash`` (95,000
 messages, then 12 cached session indexes; 2026-11-30): 108.1-114.1 MB added without it (three
 runs), 97.1 and 100.5 with the threshold alone, 95.7 with both; ingestion no slower.
+
+The tuning is process-wide, so it is only on by default in the processes cce_duck owns (the
+``cce`` command, the servers it starts, ``cce-mcp``: :func:`tune_owned_process`); a library
+user opts in with ``Config(tune_allocator=True)`` or ``CCE_TUNE_ALLOCATOR=1``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,14 @@ import ctypes.util
 from functools import cache
 from typing import Any
 
-__all__ = ["ARENAS", "MMAP_THRESHOLD", "release_free_memory", "tune_allocator"]
+from cce_duck.config import env_flag
+from cce_duck.errors import ValidationError
+
+__all__ = ["ARENAS", "ENV_VAR", "MMAP_THRESHOLD", "release_free_memory", "tune_allocator",
+           "tune_owned_process"]
+
+#: Turns the tuning on (``1``) for a library user, or off (``0``) for the processes cce_duck owns.
+ENV_VAR = "CCE_TUNE_ALLOCATOR"
 
 MMAP_THRESHOLD = 64 * 1024
 ARENAS = 2
@@ -54,8 +65,7 @@ def _trim() -> Any:
 def tune_allocator() -> bool:
     """For the whole process, once: glibc maps blocks of :data:`MMAP_THRESHOLD` and more on
     their own (trimming past twice that) and keeps at most :data:`ARENAS` heaps. ``False`` where
-    the C library cannot. An Engine calls it unless ``Config.tune_allocator`` is off (for a host
-    application that tunes malloc itself)."""
+    the C library cannot. An Engine calls it when ``Config.tune_allocator`` is on."""
     fn = _libc_fn("mallopt")
     if fn is None:
         return False
@@ -63,6 +73,16 @@ def tune_allocator() -> bool:
     fn.restype = ctypes.c_int
     return all([fn(_M_MMAP_THRESHOLD, MMAP_THRESHOLD), fn(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD),
                 fn(_M_ARENA_MAX, ARENAS)])
+
+
+def tune_owned_process() -> bool:
+    """Tune the allocator of a process cce_duck owns (called first by the ``cce`` and
+    ``cce-mcp`` entry points) unless :data:`ENV_VAR` is ``0``; ``True`` if tuned."""
+    try:
+        wanted = env_flag(ENV_VAR)
+    except ValidationError:
+        wanted = None  # the Engine's configuration reports the bad value
+    return tune_allocator() if wanted is not False else False
 
 
 def release_free_memory() -> bool:

@@ -1,4 +1,4 @@
-"""Unicode tables for word splitting beyond Latin script.
+"""Writing systems: Unicode tables for word splitting beyond Latin script.
 
 - :data:`NO_SPACE`: character ranges of scripts written without spaces between words (CJK
   ideographs, kana, Hangul, Thai, Lao, Khmer, Myanmar); runs of them are indexed as bigrams.

@@ -202,7 +202,7 @@ def build_server(engine: Engine) -> MCPServer[Any]:
 
     @server.tool(annotations=READ)
     def cce_sql(sql: Annotated[str, Field(min_length=1, max_length=100_000)]) -> dict[str, Any]:
-        """One read-only SQL statement over the memory (macros like cce_retrieve work)."""
+        """One read-only SQL statement (SELECT or EXPLAIN), sandboxed to the memory's tables."""
         df = eng.call(read_only_query, e, sql)
         return {"columns": df.columns, "rows": _jsonable([list(r) for r in df.rows()])}
 

@@ -55,6 +55,7 @@ class Arena:
 def make_arena(root: Path) -> Arena:
     arena = Arena(root, root / "data", root / "other", root / "outside")
     plant_secrets(arena.out)
+    plant_secrets(root / "data-evil")
     with Engine(data_dir=arena.other, embedder="hash") as other:
         other.add_message("x", "user", f"the other folder's secret is {OTHER_SECRET}")
     with Engine(data_dir=arena.data, embedder="hash") as eng:
@@ -210,6 +211,13 @@ def test_encrypted_folder_is_sealed_after_httpfs(tmp_path: Path) -> None:
             with pytest.raises(SandboxError):
                 read_only_query(eng, arena.fill(sql))
         assert read_only_query(eng, "SELECT count(*) AS n FROM turns")["n"].item() == 20
+        assert eng.store.folder_key is not None
+        key = eng.store.folder_key.database_key
+        for sql in ("SELECT * FROM duckdb_databases()", "SELECT * FROM duckdb_settings()",
+                    "SELECT * FROM pragma_database_list", "SELECT * FROM duckdb_logs()"):
+            text = str(read_only_query(eng, sql).rows())
+            assert key not in text  # the database key is in no catalog answer
+            assert "pass phrase" not in text
         eng.forget(SID, turns=(0, 1))  # the rewrite ATTACHes an encrypted file in the folder
         assert read_only_query(eng, "SELECT count(*) AS n FROM turns")["n"].item() < 20
     assert not (arena.out / "leak2.csv").exists()

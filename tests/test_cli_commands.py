@@ -72,6 +72,7 @@ def test_bracketed_values_in_errors_are_shown(folder: Path, tmp_path: Path) -> N
     assert "[a].json" in missing.output
 
 
+@pytest.mark.processes
 def test_missing_server_extra_names_it_without_a_traceback(tmp_path: Path) -> None:
     blocked = ("import sys; sys.modules['mcp'] = None; sys.modules['uvicorn'] = None; "
                "sys.modules['fastapi'] = None; sys.argv = ['cce-mcp']; "
@@ -149,7 +150,7 @@ def test_readable_defaults(folder: Path) -> None:
     assert len(top.split("┳")[-1]) >= 24  # the summary column is not squeezed
     assert "transaction" in notes
     assert max(len(ln) for ln in notes.splitlines()) <= 80
-    why = cce("inspect", "s1", "--query", "piano price", *d, columns=100).output
+    why = cce("inspect", "s1", "--query", "piano price", "-m", "120", *d, columns=100).output
     assert "{" not in why  # laid out, not a Python dict
     scores = [w for w in why.split() if w.count(".") == 1 and w.replace(".", "").isdigit()]
     assert scores
@@ -168,6 +169,7 @@ def test_help_shows_defaults_and_no_bool_placeholders() -> None:
     assert {"search", "add", "delete"} <= set(root.commands)  # type: ignore[attr-defined]
 
 
+@pytest.mark.processes
 def test_read_commands_go_through_the_running_server(folder: Path) -> None:
     env = {**os.environ, "CCE_EMBEDDER": "hash", "COLUMNS": "200"}
     with cce_server(["rest"], folder) as (base, _):
@@ -211,3 +213,17 @@ def test_engine_ingest_reports_progress_and_reads_files(tmp_path: Path) -> None:
         assert [c[0] for c in calls] == sorted(c[0] for c in calls)
         assert eng.ingest_file("s", path) == []  # the same history again stores nothing
         assert eng.stats("s").item(0, "turns") == 600
+
+
+def test_demo_counts_the_history_once_and_says_its_folder_is_temporary(tmp_path: Path) -> None:
+    import re
+
+    out = cce("demo", "--embedder", "hash").output
+    header = int(re.search(r"(\d+) tokens of history", out).group(1))  # type: ignore[union-attr]
+    footer = int(re.search(r"full history (\d+) tokens", out).group(1))  # type: ignore[union-attr]
+    assert header == footer
+    assert "temporary" in out
+    assert "--data-dir" in out
+    kept = tmp_path / "kept"
+    assert cce("demo", "--embedder", "hash", "--data-dir", str(kept)).exit_code == 0
+    assert json.loads(cce("stats", "demo", "--json", "--data-dir", str(kept)).stdout)[0]["turns"] > 0

@@ -101,6 +101,9 @@ HOSTILE: list[str] = [
     "WITH ids AS (SELECT nextval('note_ids') AS n) SELECT * FROM ids",
     "SELECT * FROM turns WHERE turn_no IN (SELECT nextval('note_ids'))",
     "SELECT [x FOR x IN [1] IF nextval('note_ids') > 0]",
+    "SELECT ('note_ids').nextval()",  # method-call syntax
+    "SELECT * FROM system.main.checkpoint()",  # qualified
+    "FROM \"CHECKPOINT\"()",  # quoted, upper case
     # plain writes
     "UPDATE turns SET content = 'PWNED'",
     "DELETE FROM turns",

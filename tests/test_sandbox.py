@@ -139,6 +139,22 @@ def test_refusals_name_the_reason(arena: Arena) -> None:
         assert "exactly one statement, not 2" in refusal("SELECT 1; DELETE FROM turns")
 
 
+def test_read_only_transaction_is_a_second_wall(arena: Arena, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """With the function check switched off, a write that gets through is still refused by
+    DuckDB's read-only transaction, and the sequence does not move."""
+    from cce_duck import sandbox
+
+    monkeypatch.setattr(sandbox, "REFUSED_FUNCTIONS", frozenset())
+    before = memory(arena.data)
+    with Engine(data_dir=arena.data, embedder="hash") as eng:
+        for sql in ("SELECT nextval('note_ids')", "SELECT nextval('pin_ids') FROM turns"):
+            with pytest.raises(SandboxError, match="read-only mode"):
+                read_only_query(eng, sql)
+        assert read_only_query(eng, "SELECT count(*) AS n FROM turns")["n"].item() == 20
+    assert memory(arena.data) == before
+
+
 def test_reads_and_macros_work_in_the_sandbox(arena: Arena) -> None:
     with Engine(data_dir=arena.data, embedder="hash") as eng:
         frames = [read_only_query(eng, sql) for sql in arena.reads()]

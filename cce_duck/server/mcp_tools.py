@@ -131,7 +131,8 @@ def build_server(engine: Engine) -> MCPServer[Any]:
 
     @server.tool()
     def cce_sql(sql: Annotated[str, Field(min_length=1, max_length=100_000)]) -> dict[str, Any]:
-        """One read-only SQL statement over the memory (macros such as cce_retrieve work)."""
+        """One read-only SQL statement over the memory (macros such as cce_retrieve work). It runs
+        in a sandbox: a SELECT (or EXPLAIN of one) only, no file outside the store, no setting."""
         df = eng.call(read_only_query, e, sql)
         return {"columns": df.columns, "rows": _jsonable([list(r) for r in df.rows()])}
 

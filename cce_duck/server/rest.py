@@ -83,7 +83,8 @@ def delete_session(sid: Sid, g: G) -> dict[str, Any]:
 
 @router.post("/admin/sql", tags=["admin"])
 def sql(body: SqlIn, g: G, who: Who) -> dict[str, Any]:
-    """One read-only SQL statement over the store (admin keys only); used by ``cce sql``."""
+    """One read-only SQL statement over the store (admin keys only), in the SQL sandbox (see
+    docs/security.md); used by ``cce sql``."""
     who.require_admin()
     df = g.call(read_only_query, g.engine, body.sql)
     return {"columns": df.columns, "types": [str(t) for t in df.dtypes], "rows": df.rows()}

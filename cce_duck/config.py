@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from cce_duck import ranking
 from cce_duck.errors import ValidationError
 
 __all__ = ["SUMMARISERS", "Config", "env_flag"]
@@ -62,9 +63,10 @@ class Config:
         max_topic_turns: A topic is always cut when it reaches this many turns.
         topic_gap_minutes: A silence this long always starts a new topic.
         keep_raw_turns: Keep the verbatim text of compressed turns (needed for quotes).
-        recency_weight: Weight of the recency boost added to the dense score.
+        recency_weight: Weight of the recency boost added to the dense score (default: the
+            ranking specification's, ``cce_duck.ranking``).
         sentence_min_tokens: Messages at least this long also get one vector per sentence.
-        rrf_k: Constant of reciprocal-rank fusion.
+        rrf_k: Constant of reciprocal-rank fusion (default: the ranking specification's).
         flush_every: Journaled messages are moved into the tables in batches of this size (and
             before every read), so one commit serves many messages.
         encryption_key: Passphrase of an encrypted data folder (``None``: plain). A new folder
@@ -114,9 +116,9 @@ class Config:
     max_topic_turns: int = 12
     topic_gap_minutes: float = 240.0
     keep_raw_turns: bool = True
-    recency_weight: float = 0.05
+    recency_weight: float = field(default_factory=lambda: ranking.spec().recency_weight)
     sentence_min_tokens: int = 24
-    rrf_k: int = 60
+    rrf_k: int = field(default_factory=lambda: ranking.spec().rrf_k)
     flush_every: int = 256
     encryption_key: str | None = field(default=None, repr=False)
     warm_tier_max_chunks: int | None = None

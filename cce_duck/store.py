@@ -34,7 +34,7 @@ from cce_duck.errors import (
     SchemaError,
 )
 from cce_duck.folder import DB_FILE, ERASURE_FILE, MARKER_FILE
-from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro, macro_files, query, statement
+from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro_files, macro_sql, query, statement
 from cce_duck.version import __version__
 
 __all__ = ["DB_FILE", "Store"]
@@ -289,7 +289,7 @@ class Store:
 
     def _install_macros(self, con: duckdb.DuckDBPyConnection) -> None:
         for name in macro_files():
-            con.execute(macro(name).sql.replace("@DIM@", str(self.dim)))
+            con.execute(macro_sql(name, self.dim))
         for alias, target in CURRENT_MACROS.items():
             con.execute(alias_sql(alias, target))
 

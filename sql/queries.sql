@@ -216,6 +216,11 @@ DELETE FROM main.postings WHERE session_id = $sid
 DELETE FROM main.pins WHERE session_id = $sid
     AND list_contains(CAST(string_split($turns, ',') AS INTEGER[]), turn_no);
 
+-- name: erase_llm_cache
+-- Empty the cache of model replies (part of every erasure: a cached reply is tied to no session
+-- and may quote what is erased; the notes keep their summaries, later calls ask the model again).
+DELETE FROM main.llm_cache;
+
 -- name: refresh_summary
 -- Rewrite an existing cold-tier summary (after its notes changed); no-op for open sessions.
 UPDATE main.session_summaries SET summary = $summary, tokens = $tokens

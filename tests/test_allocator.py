@@ -64,8 +64,12 @@ except SystemExit:
 """
 MCP = """
 import cce_duck.server.mcp_tools as m
-m.run_stdio = lambda config: None  # the entry point, without serving stdin
-m.main()
+m.run_stdio = lambda config: None  # the cce-mcp entry point, without serving stdin
+from cce_duck.cli.serve import mcp_main
+try:
+    mcp_main()
+except SystemExit:
+    pass
 """
 LIBRARY = """
 from cce_duck import Engine

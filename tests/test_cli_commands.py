@@ -72,6 +72,7 @@ def test_bracketed_values_in_errors_are_shown(folder: Path, tmp_path: Path) -> N
     assert "[a].json" in missing.output
 
 
+@pytest.mark.processes
 def test_missing_server_extra_names_it_without_a_traceback(tmp_path: Path) -> None:
     blocked = ("import sys; sys.modules['mcp'] = None; sys.modules['uvicorn'] = None; "
                "sys.modules['fastapi'] = None; sys.argv = ['cce-mcp']; "
@@ -168,6 +169,7 @@ def test_help_shows_defaults_and_no_bool_placeholders() -> None:
     assert {"search", "add", "delete"} <= set(root.commands)  # type: ignore[attr-defined]
 
 
+@pytest.mark.processes
 def test_read_commands_go_through_the_running_server(folder: Path) -> None:
     env = {**os.environ, "CCE_EMBEDDER": "hash", "COLUMNS": "200"}
     with cce_server(["rest"], folder) as (base, _):

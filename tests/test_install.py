@@ -8,6 +8,8 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
 
@@ -45,6 +47,7 @@ def _plan(target: str, tmp_path: Path) -> str:
     return proc.stdout
 
 
+@pytest.mark.processes
 def test_demo_installs_the_core_and_tests_the_test_extra(tmp_path: Path) -> None:
     demo = _plan("demo", tmp_path)
     assert "pip install --quiet -e .\n" in demo

@@ -22,8 +22,7 @@ from cce_duck.errors import (
 from cce_duck.payload import ContextPayload
 from cce_duck.pipeline import compress, compression_stats, full_pipeline
 from cce_duck.text import estimate_tokens
-
-__version__ = "0.1.0"
+from cce_duck.version import __version__
 
 __all__ = [
     "CCEError",

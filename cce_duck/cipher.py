@@ -24,10 +24,10 @@ from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from cce_duck import dbfile
 from cce_duck.errors import CCEError, EncryptionError
+from cce_duck.folder import MARKER_FILE
 from cce_duck.sqlfiles import statement
 
 __all__ = [
-    "MARKER_FILE",
     "PLAIN_JOURNAL",
     "FolderKey",
     "JournalCodec",
@@ -41,7 +41,6 @@ __all__ = [
     "write_marker",
 ]
 
-MARKER_FILE = "encryption.json"
 _CHECK = b"cce_duck encrypted data folder"
 _JOURNAL_AAD = b"cce_duck journal v1"
 _NONCE = 12

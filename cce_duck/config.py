@@ -38,6 +38,7 @@ _ENV: dict[str, str] = {
     "summariser_max_tokens": "CCE_SUMMARISER_MAX_TOKENS",
     "summariser_input_tokens": "CCE_SUMMARISER_INPUT_TOKENS",
     "summariser_timeout_s": "CCE_SUMMARISER_TIMEOUT_S",
+    "export_dir": "CCE_EXPORT_DIR",
 }
 
 SUMMARISERS = ("extractive", "llm")
@@ -96,6 +97,9 @@ class Config:
         summariser_input_tokens: Most tokens of a topic's text one summary call sees (longer
             topics send every message cut to a fair share).
         summariser_timeout_s: Limit of one summary call (one retry, twice this in total).
+        export_dir: The one folder in which an agent may have exports written (the MCP tool
+            ``cce_export_session`` with a ``path``; relative paths are taken inside it).
+            ``None`` (the default): that tool returns exports but writes no file.
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -126,6 +130,7 @@ class Config:
     summariser_max_tokens: int = 80
     summariser_input_tokens: int = 1024
     summariser_timeout_s: float = 30.0
+    export_dir: Path | None = None
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
@@ -151,8 +156,10 @@ class Config:
                 not isinstance(self.encryption_key, str) or not self.encryption_key):
             raise ValidationError("config encryption_key must be a non-empty string or None")
         self._check_summariser()
-        if self.data_dir is not None and not isinstance(self.data_dir, Path):
-            object.__setattr__(self, "data_dir", Path(self.data_dir))
+        for name in ("data_dir", "export_dir"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
 
     def _check_summariser(self) -> None:
         mode = self.summariser

@@ -6,7 +6,7 @@ lock on the original and an exclusive ``flock`` on ``.cce_convert/lock``: a copy
 it is written and synced does it write ``.cce_convert/COMPLETE`` (the commit point, listing the
 files to move in and the ones to remove), then it moves the files into place.
 
-Every open of a folder first calls :func:`recover`: a conversion left without ``COMPLETE`` is
+Every open of a folder first calls :func:`cce_duck.folder.recover`: a conversion left without ``COMPLETE`` is
 thrown away (the original files were never touched), one with ``COMPLETE`` is finished (each step
 can run again). So a process killed at any moment leaves either the original folder or the
 converted one, never a mix.
@@ -14,19 +14,12 @@ converted one, never a mix.
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 
 from cce_duck import dbfile, sandbox
 from cce_duck.cipher import (
-    MARKER_FILE,
     PLAIN_JOURNAL,
     JournalCodec,
     check_passphrase,
@@ -36,17 +29,23 @@ from cce_duck.cipher import (
     write_marker,
 )
 from cce_duck.errors import CCEError, EncryptionError, FolderInUseError, SchemaError
+from cce_duck.folder import (
+    DB_FILE,
+    ERASURE_FILE,
+    JOURNAL_FILE,
+    MARKER_FILE,
+    STAGING_DIR,
+    WAL_FILE,
+    commit_stage,
+    install_stage,
+    is_open,
+    recover,
+    staging,
+    write_synced,
+)
 from cce_duck.sqlfiles import statement
-from cce_duck.store import DB_FILE
 
-__all__ = ["STAGING_DIR", "decrypt_folder", "encrypt_folder", "recover"]
-
-STAGING_DIR = ".cce_convert"
-_COMPLETE = "COMPLETE"
-_LOCK_FILE = "lock"
-_JOURNAL = "journal.jsonl"  # cce_duck.writer.JOURNAL_FILE (not imported: writer imports store)
-#: Files of a folder that a conversion replaces or removes.
-_FOLDER_FILES = (MARKER_FILE, _JOURNAL, DB_FILE, DB_FILE + ".wal")
+__all__ = ["decrypt_folder", "encrypt_folder"]
 
 
 def encrypt_folder(data_dir: str | Path, passphrase: str) -> None:
@@ -61,7 +60,7 @@ def encrypt_folder(data_dir: str | Path, passphrase: str) -> None:
     passphrase = check_passphrase(passphrase)
     if is_encrypted(folder):
         raise EncryptionError(f"the data folder {folder} is encrypted already")
-    with _staging(folder) as stage:
+    with staging(folder) as stage:
         con = _scratch(stage)
         try:
             _attach_source(con, folder, None)
@@ -71,9 +70,9 @@ def encrypt_folder(data_dir: str | Path, passphrase: str) -> None:
             _copy(con, "true")
         finally:
             con.close()
-        _recode_journal(folder / _JOURNAL, stage / _JOURNAL, PLAIN_JOURNAL, key.journal)
-        _commit(stage, install=[MARKER_FILE, _JOURNAL, DB_FILE], remove=[DB_FILE + ".wal"])
-        _install(folder, stage)
+        _recode_journal(folder / JOURNAL_FILE, stage / JOURNAL_FILE, PLAIN_JOURNAL, key.journal)
+        commit_stage(stage, install=[MARKER_FILE, JOURNAL_FILE, DB_FILE], remove=[WAL_FILE])
+        install_stage(folder, stage)
 
 
 def decrypt_folder(data_dir: str | Path, passphrase: str) -> None:
@@ -88,7 +87,7 @@ def decrypt_folder(data_dir: str | Path, passphrase: str) -> None:
     if not is_encrypted(folder):
         raise EncryptionError(f"the data folder {folder} is not encrypted")
     key = folder_key(folder, passphrase)
-    with _staging(folder) as stage:
+    with staging(folder) as stage:
         con = _scratch(stage)
         try:
             _attach_source(con, folder, key.database_key)
@@ -97,24 +96,9 @@ def decrypt_folder(data_dir: str | Path, passphrase: str) -> None:
             _copy(con, "false")
         finally:
             con.close()
-        _recode_journal(folder / _JOURNAL, stage / _JOURNAL, key.journal, PLAIN_JOURNAL)
-        _commit(stage, install=[_JOURNAL, DB_FILE], remove=[DB_FILE + ".wal", MARKER_FILE])
-        _install(folder, stage)
-
-
-def recover(data_dir: Path) -> None:
-    """Finish (after its commit point) or undo (before it) a conversion a crash interrupted.
-
-    Raises ``FolderInUseError`` while another process is converting the folder.
-    """
-    stage = data_dir / STAGING_DIR
-    if not stage.is_dir():
-        return
-    with _locked(stage, data_dir):
-        if (stage / _COMPLETE).exists():
-            _install(data_dir, stage)
-        else:
-            shutil.rmtree(stage)
+        _recode_journal(folder / JOURNAL_FILE, stage / JOURNAL_FILE, key.journal, PLAIN_JOURNAL)
+        commit_stage(stage, install=[JOURNAL_FILE, DB_FILE], remove=[WAL_FILE, MARKER_FILE])
+        install_stage(folder, stage)
 
 
 # -- steps ----------------------------------------------------------------------------------
@@ -124,42 +108,14 @@ def _folder(data_dir: str | Path) -> Path:
     folder = Path(data_dir)
     if not (folder / DB_FILE).exists() and not (folder / STAGING_DIR).is_dir():
         raise CCEError(f"no cce_duck store in {folder}")
-    from cce_duck.store import _OPEN_FILES
-
-    if str((folder / DB_FILE).resolve()) in _OPEN_FILES:
+    if is_open(folder):
         raise FolderInUseError(f"the data folder {folder} is open in this process; close its "
                                "Engine before converting it")
     recover(folder)
+    if (folder / ERASURE_FILE).exists():
+        raise CCEError(f"an erasure in the data folder {folder} was interrupted; open the folder "
+                       "once (without read_only) to finish it before converting the folder")
     return folder
-
-
-@contextmanager
-def _staging(folder: Path) -> Iterator[Path]:
-    """A fresh staging folder, exclusively locked; removed if the conversion fails."""
-    stage = folder / STAGING_DIR
-    stage.mkdir()
-    with _locked(stage, folder):
-        try:
-            yield stage
-        except BaseException:
-            if not (stage / _COMPLETE).exists():
-                shutil.rmtree(stage, ignore_errors=True)
-            raise
-
-
-@contextmanager
-def _locked(stage: Path, folder: Path) -> Iterator[None]:
-    fd = os.open(stage / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FolderInUseError(
-                f"the data folder {folder} is being encrypted or decrypted by another process; "
-                "wait until it finishes") from None
-        yield
-    finally:
-        os.close(fd)
 
 
 def _scratch(stage: Path) -> duckdb.DuckDBPyConnection:
@@ -220,43 +176,4 @@ def _recode_journal(source: Path, target: Path, old: JournalCodec, new: JournalC
                 out.append(new.encode(old.decode(line)) + "\n")
             except ValueError:
                 continue
-    _write_synced(target, "".join(out))
-
-
-def _write_synced(path: Path, text: str) -> None:
-    with path.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _commit(stage: Path, *, install: list[str], remove: list[str]) -> None:
-    for name in install:
-        _fsync(stage / name)
-    _fsync(stage)
-    _write_synced(stage / _COMPLETE, json.dumps({"install": install, "remove": remove}))
-    _fsync(stage)
-
-
-def _install(folder: Path, stage: Path) -> None:
-    """Move the converted files in and the stale ones out; every step may run again."""
-    plan = json.loads((stage / _COMPLETE).read_text(encoding="utf-8"))
-    wal = DB_FILE + ".wal"  # the old file's WAL must never meet the new file
-    (folder / wal).unlink(missing_ok=True)
-    for name in plan["install"]:
-        if (stage / name).exists():
-            os.replace(stage / name, folder / name)
-    for name in plan["remove"]:
-        (folder / name).unlink(missing_ok=True)
-    shutil.rmtree(folder / (DB_FILE + ".tmp"), ignore_errors=True)
-    _fsync(folder)
-    shutil.rmtree(stage)
-    _fsync(folder)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_synced(target, "".join(out))

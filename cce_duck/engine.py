@@ -10,7 +10,7 @@ from typing import IO, Any
 
 import polars as pl
 
-from cce_duck import clock
+from cce_duck import clock, erasure
 from cce_duck.allocator import tune_allocator
 from cce_duck.config import Config
 from cce_duck.context import SEARCH_SCHEMA, ContextRequest, build_context, retrieve
@@ -61,6 +61,7 @@ class Engine(ManagementMixin):
                            memory_mb=config.duckdb_memory_mb)
         self.index = IndexCache(config.index_cache_mb * 2**20)
         try:
+            erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
             self.writer.on_flush = self._flushed
         except BaseException:

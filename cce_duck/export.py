@@ -31,8 +31,8 @@ from cce_duck.rows import quantize, run_with, vectors_of
 from cce_duck.store import Store
 from cce_duck.topics import unit
 
-__all__ = ["FORMAT", "FORMATS", "PARQUET_TABLES", "export_session", "import_session",
-           "session_document"]
+__all__ = ["FORMAT", "FORMATS", "PARQUET_TABLES", "confined_path", "export_session",
+           "import_session", "session_document"]
 
 FORMAT = "cce_duck.session"
 VERSION = 1
@@ -56,6 +56,25 @@ def session_document(store: Store, sid: str) -> dict[str, Any]:
         else:
             doc[kind] = value
     return doc
+
+
+def confined_path(root: Path | None, path: str | os.PathLike[str]) -> Path:
+    """``path`` resolved inside the export folder ``root`` (a relative path is taken inside it;
+    symbolic links are followed before the check); :class:`ValidationError` when there is no
+    export folder or the path leaves it."""
+    if root is None:
+        raise ValidationError(
+            "writing an export to a path is turned off here: set CCE_EXPORT_DIR "
+            "(Config.export_dir) to the folder exports may be written to, or leave out the path "
+            "to get the export back")
+    if not isinstance(path, str | os.PathLike) or not str(path):
+        raise ValidationError("path must be a file or folder path")
+    base = root.resolve()
+    target = (base / Path(path)).resolve()
+    if target == base or base not in target.parents:
+        raise ValidationError(f"{str(path)!r} is not inside the export folder {root}; exports "
+                              "are only written there (give a name inside it)")
+    return target
 
 
 def export_session(store: Store, sid: str, path: str | os.PathLike[str], fmt: str) -> Path:

@@ -1,27 +1,24 @@
 """Forgetting: a note, or a range of turns, removed with everything derived from it.
 
 The ``cce_forget_plan`` macro lists what a request removes; :func:`forget` deletes exactly that
-in one transaction, then rewrites the database file (see :func:`scrub`) so the forgotten text is
-not left in free blocks or the write-ahead log. Turn numbers never go back.
+in one transaction, then rewrites the journal and the database file so the forgotten text is not
+left in free blocks or the write-ahead log, finishing at the next open if the process is killed
+half-way (see :mod:`cce_duck.erasure`). Turn numbers never go back.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from cce_duck.corrections import note_or_404, refresh_session_summary
-from cce_duck.derived import csv, run_script, touch
+from cce_duck.corrections import note_or_404
+from cce_duck.erasure import Erasure, erase
 from cce_duck.errors import ValidationError
 from cce_duck.pins import valid_id
 from cce_duck.store import Store
 
-__all__ = ["REWRITE_SUFFIX", "forget", "plan", "scrub", "turn_range"]
-
-REWRITE_SUFFIX = ".rewrite"
+__all__ = ["forget", "plan", "turn_range"]
 
 #: Plan kinds and the keys of the dict :func:`forget` returns.
 _COUNT_KEYS = {"note": "notes", "turn": "turns", "message_vector": "message_vectors",
@@ -62,7 +59,7 @@ def plan(store: Store, sid: str, note_id: object = None, turns: object = None) -
 
 def forget(store: Store, sid: str, note_id: object = None, turns: object = None, *,
            dry_run: bool = False) -> dict[str, int]:
-    """Delete what the plan lists, then scrub the file; returns counts per kind (with
+    """Delete what the plan lists from every table and file; returns counts per kind (with
     ``dry_run``, what would be deleted, deleting nothing)."""
     df = plan(store, sid, note_id, turns)
     counts = {key: 0 for key in _COUNT_KEYS.values()}
@@ -74,50 +71,5 @@ def forget(store: Store, sid: str, note_id: object = None, turns: object = None,
         return counts
     notes = df.filter(pl.col("kind") == "note")["note_id"].to_list()
     turn_nos = df.filter(pl.col("kind") == "turn")["turn_no"].to_list()
-    with store.transaction():
-        run_script(store, "forget_rows", {"sid": sid, "notes": csv(notes) or "-1",
-                                          "turns": csv(turn_nos) or "-1"})
-        refresh_session_summary(store, sid)
-        touch(store, sid)
-    scrub(store)
+    erase(store, Erasure(sid, tuple(int(t) for t in turn_nos), tuple(int(n) for n in notes)))
     return counts
-
-
-def scrub(store: Store) -> None:
-    """Rewrite the database file so deleted rows leave no bytes behind.
-
-    DuckDB marks the blocks of deleted rows free but does not wipe them, so a checkpoint alone
-    leaves forgotten text readable in the file. The whole database is copied into a new file
-    (``COPY FROM DATABASE``), which then replaces the old one atomically; the connection is
-    reopened with its UDFs and macros. In-memory stores have no file and are left as they are.
-    """
-    if store.data_dir is None or store.read_only:
-        return
-    path = Path(store.path)
-    tmp = path.with_name(path.name + REWRITE_SUFFIX)
-    for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
-        stale.unlink(missing_ok=True)
-    con = store.con
-    con.execute("CHECKPOINT")
-    row = con.execute("SELECT current_database()").fetchone()
-    db = str(row[0]) if row else "memory"
-    store.attach(tmp, "cce_rewrite")  # encrypted with the folder's key when it is encrypted
-    try:
-        con.execute(f'COPY FROM DATABASE "{db}" TO cce_rewrite')
-        con.execute("CHECKPOINT cce_rewrite")
-    finally:
-        con.execute("DETACH cce_rewrite")
-    store.reconnect(lambda: _swap(tmp, path))
-
-
-def _swap(tmp: Path, path: Path) -> None:
-    with tmp.open("rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    wal = path.with_name(path.name + ".wal")
-    wal.unlink(missing_ok=True)  # the old file's log was checkpointed before the copy
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

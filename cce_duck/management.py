@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from cce_duck import corrections, deletion, export, forget, pins, warm
+from cce_duck import corrections, deletion, erasure, export, forget, pins, warm
 from cce_duck.clock import now
 from cce_duck.errors import CCEError, NotFoundError
 from cce_duck.payload import ContextPayload
@@ -157,16 +157,23 @@ class ManagementMixin:
             raise CCEError("this store is open read-only; open it without read_only to compact")
         self.flush()
         before = _file_bytes(self.store)
-        forget.scrub(self.store)
+        erasure.scrub(self.store)
         return {"bytes_before": before, "bytes_after": _file_bytes(self.store)}
 
     # -- export / import ----------------------------------------------------
 
     def export_session(self, session_id: str, path: str | os.PathLike[str], *,
-                       format: str = "json") -> Path:
+                       format: str = "json", confined: bool = False) -> Path:
         """Write one session to ``path``: a JSON file (no vectors) or, with
-        ``format="parquet"``, a folder of Parquet files (vectors and postings included)."""
-        return export.export_session(self.store, self._existing(session_id), path, format)
+        ``format="parquet"``, a folder of Parquet files (vectors and postings included).
+
+        ``confined=True`` (for callers who must not choose any path, such as an agent): ``path``
+        must lie inside :attr:`Config.export_dir` (a relative path is taken inside it), else
+        :class:`~cce_duck.errors.ValidationError` and nothing is written."""
+        sid = self._existing(session_id)
+        if confined:
+            path = export.confined_path(self.config.export_dir, path)
+        return export.export_session(self.store, sid, path, format)
 
     def import_session(self, path: str | os.PathLike[str], *, session_id: str | None = None
                        ) -> str:

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from cce_duck import clock, dbfile, migrations, sandbox
+from cce_duck import clock, dbfile, folder, migrations, sandbox
 from cce_duck.cipher import (
-    MARKER_FILE,
     PLAIN_JOURNAL,
     FolderKey,
     JournalCodec,
@@ -34,10 +33,11 @@ from cce_duck.errors import (
     FolderInUseError,
     SchemaError,
 )
+from cce_duck.folder import DB_FILE, ERASURE_FILE, MARKER_FILE
 from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro, macro_files, query, statement
+from cce_duck.version import __version__
 
 __all__ = ["DB_FILE", "Store"]
-
 
 
 class _AbsentPandas(importlib.abc.MetaPathFinder):
@@ -53,18 +53,12 @@ class _AbsentPandas(importlib.abc.MetaPathFinder):
 if importlib.util.find_spec("pandas") is None:
     sys.meta_path.insert(0, _AbsentPandas())
 
-DB_FILE = "memory.duckdb"
 _LOCK = re.compile(r"Could not set lock on file", re.I)
 _SAME_FILE = re.compile(r"same database file with a different configuration|Unique file handle "
                         r"conflict", re.I)
 _NEEDS_KEY = re.compile(r"Cannot open encrypted database", re.I)
 _WRONG_KEY = re.compile(r"Wrong encryption key", re.I)
 _NOT_ENCRYPTED = re.compile(r"key is explicitly specified, but database .* is not encrypted", re.I)
-
-#: Files open in this process. DuckDB shares one database instance between connections to the
-#: same file in a process, and with it the Python UDFs: a second store on the file could not
-#: register them, and a UDF left behind by a closed connection crashes the process when called.
-_OPEN_FILES: set[str] = set()
 
 
 class Store:
@@ -91,8 +85,8 @@ class Store:
         #: Moves on every committed write transaction (in-process caches check it).
         self.generation = 0
         self.path = ":memory:" if data_dir is None else str(data_dir / DB_FILE)
-        self._key = None if data_dir is None else str(Path(self.path).resolve())
-        if self._key in _OPEN_FILES:
+        self._key = None if data_dir is None else folder.registry_key(data_dir)
+        if data_dir is not None and folder.is_open(data_dir):
             raise FolderInUseError(
                 f"the data folder {data_dir} is already open in this process; share that "
                 "Engine (or close it first)"
@@ -107,7 +101,7 @@ class Store:
             self.con.close()
             raise
         if self._key is not None:
-            _OPEN_FILES.add(self._key)
+            folder.mark_open(self._key)
 
     # -- opening ------------------------------------------------------------
 
@@ -117,18 +111,35 @@ class Store:
                 raise CCEError(f"no cce_duck store in {self.data_dir} (nothing to open read-only)")
             if not self.read_only:
                 self.data_dir.mkdir(parents=True, exist_ok=True)
-            from cce_duck.encryption import recover
-
-            recover(self.data_dir)  # finish or undo a conversion a crash interrupted
+            folder.recover(self.data_dir)  # finish or undo a conversion a crash interrupted
             if self.folder_key is None:  # (a reconnect keeps the keys it has)
                 self.folder_key = self._folder_key(self.data_dir)
                 if self._made_marker:  # a new folder: take the marker back if the database
                     try:               # cannot be created (another process holds the folder)
-                        return self._open()
+                        return self._open_writable(self.data_dir)
                     except BaseException:
                         (self.data_dir / MARKER_FILE).unlink(missing_ok=True)
                         raise
+            if not self.read_only:
+                return self._open_writable(self.data_dir)
+            con = self._open()  # (a process writing the folder is refused first)
+            if (self.data_dir / ERASURE_FILE).exists():
+                con.close()
+                raise CCEError(
+                    f"an erasure in the data folder {self.data_dir} was interrupted and is not "
+                    "finished: open the folder once without read_only to finish it")
+            return con
         return self._open()
+
+    def _open_writable(self, data_dir: Path) -> duckdb.DuckDBPyConnection:
+        """Open, then (holding DuckDB's lock) remove what an interrupted rewrite left."""
+        con = self._open()
+        try:
+            folder.clean_leftovers(data_dir)
+        except BaseException:
+            con.close()
+            raise
+        return con
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         try:
@@ -203,8 +214,6 @@ class Store:
                 raise SchemaError(f"{self.path} holds other tables and is not a cce_duck store")
             emb = get_embedder(requested)
             migrations.create_from_schema(self.con, emb.dim)
-            from cce_duck import __version__
-
             rows = {
                 "schema_version": str(migrations.SCHEMA_VERSION),
                 "embedder": emb.name,
@@ -354,7 +363,7 @@ class Store:
         finally:
             self._close_reader()
             self.con.close()
-            _OPEN_FILES.discard(self._key or "")
+            folder.mark_closed(self._key or "")
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A second connection for plain reads that run beside this one's (the retrieval index

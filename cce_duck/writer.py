@@ -22,6 +22,7 @@ from cce_duck.config import Config
 from cce_duck.derived import write_notes
 from cce_duck.embedders.base import Matrix
 from cce_duck.errors import CCEError, ConflictError
+from cce_duck.folder import JOURNAL_FILE
 from cce_duck.messages import Message
 from cce_duck.rows import TurnRows, registered, vectors_of
 from cce_duck.store import Store
@@ -30,7 +31,6 @@ from cce_duck.text import estimate_tokens
 
 __all__ = ["JOURNAL_FILE", "Writer"]
 
-JOURNAL_FILE = "journal.jsonl"
 DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need them only when a
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
 

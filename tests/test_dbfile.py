@@ -12,7 +12,7 @@ import pytest
 from cce_duck import CCEError, Engine
 from cce_duck.dbfile import BLOCK_SIZE
 from cce_duck.embedders.hash import HashEmbedder
-from cce_duck.forget import scrub
+from cce_duck.erasure import scrub
 from cce_duck.store import DB_FILE
 from cce_duck.text import split_sentences
 

@@ -17,8 +17,9 @@ import duckdb
 import pytest
 
 from cce_duck import CCEError, Config, EncryptionError, Engine, FolderInUseError, ValidationError
-from cce_duck.cipher import MARKER_FILE, SealedJournal
-from cce_duck.encryption import STAGING_DIR, decrypt_folder, encrypt_folder
+from cce_duck.cipher import SealedJournal
+from cce_duck.encryption import decrypt_folder, encrypt_folder
+from cce_duck.folder import MARKER_FILE, STAGING_DIR
 from cce_duck.store import DB_FILE
 from cce_duck.writer import JOURNAL_FILE
 
@@ -294,14 +295,14 @@ KILLER = textwrap.dedent("""
     if point == "before_journal":      # the database copy is written, nothing committed
         encryption._recode_journal = die
     elif point == "before_install":    # committed, no file moved yet
-        encryption._install = die
+        encryption.install_stage = die
     elif point == "mid_install":       # committed, the first file moved
         real = os.replace
         def replace(a, b):
             real(a, b)
             if encryption.STAGING_DIR not in str(b):  # a file moved into the folder itself
                 die()
-        encryption.os.replace = replace
+        os.replace = replace
     elif point == "hold":              # stop in the middle and wait to be killed
         real_copy = encryption._copy
         def copy(con, flag):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cce_duck import Engine, NotFoundError, ValidationError
-from cce_duck.forget import REWRITE_SUFFIX
+from cce_duck.folder import REWRITE_FILE
 
 MARKER = "QZV7XK-unique-marker-93417"
 
@@ -117,7 +117,7 @@ def test_forgotten_text_is_in_no_file_of_the_folder(data_dir: Path,
         assert eng.search("s", "locker code", k=3).height == 3  # the store still works
         n_before = eng.turns("s").height
     assert _files_containing(data_dir, needle) == []
-    assert not list(data_dir.glob(f"*{REWRITE_SUFFIX}*"))
+    assert not list(data_dir.glob(f"{REWRITE_FILE}*"))
     with Engine(data_dir=data_dir, embedder="hash") as eng:
         assert eng.turns("s").height == n_before
         assert eng.add_message("s", "user", "still counting") == last + 1

@@ -200,9 +200,10 @@ def test_pin_and_forget_with_confirm(tmp_path: Path) -> None:
     run_client(data, tmp_path, body)
 
 
-def test_export_session_tool(tmp_path: Path) -> None:
+def test_export_session_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "data"
-    target = tmp_path / "out.json"
+    monkeypatch.setenv("CCE_EXPORT_DIR", str(tmp_path / "exports"))  # the server inherits it
+    target = tmp_path / "exports" / "out.json"
 
     async def body(session: ClientSession, call: Call) -> None:
         assert not (await call("cce_ingest_history", {"session_id": "s", "messages":

@@ -17,8 +17,8 @@ from cce_duck.cli.reading import MaxTokens
 from cce_duck.cli.remote import reader
 from cce_duck.config import Config
 from cce_duck.errors import CCEError
+from cce_duck.folder import DB_FILE
 from cce_duck.payload import ContextPayload
-from cce_duck.store import DB_FILE
 
 __all__ = ["EXPLAIN_COLUMNS", "EXPLAIN_ROWS", "NOTE_COLUMNS", "compact", "forget", "inspect", "pin",
            "pins", "unpin"]

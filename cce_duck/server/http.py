@@ -80,6 +80,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        cause = exc.__cause__
+        if isinstance(cause, UnicodeDecodeError):  # FastAPI's body parsing: not UTF-8 text
+            return error_response(400, "malformed_json", "the request body is not valid JSON: "
+                                  f"byte {cause.start} is not UTF-8",
+                                  details=[{"loc": ["body", str(cause.start)],
+                                            "msg": "invalid UTF-8", "type": "json_invalid"}])
         kind = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
             exc.status_code, "http_error")
         return error_response(exc.status_code, kind, str(exc.detail))

@@ -168,17 +168,19 @@ def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
 
     @server.tool()
     def cce_export_session(session_id: SessionId,
-                           path: Annotated[str | None, Field(None, min_length=1, max_length=4096,
-                                                             description="Write here instead")] = None,
+                           path: Annotated[str | None, Field(
+                               None, min_length=1, max_length=4096,
+                               description="Write here instead: a name inside the export folder "
+                                           "the user set (CCE_EXPORT_DIR)")] = None,
                            format: Literal["json", "parquet"] = "json") -> dict[str, Any]:
         """Export a session: returned as JSON (turns, notes, pins, summary), or written to path
-        (json file, or a folder of Parquet files with vectors)."""
+        inside the user's export folder (json file, or a folder of Parquet files with vectors)."""
         if path is None:
             if format != "json":
                 raise ToolError("format parquet needs a path")
             doc = eng.call(e.export_document, session_id)
             return {k: _jsonable(v) for k, v in doc.items()}
-        out = eng.call(e.export_session, session_id, path, format=format)
+        out = eng.call(e.export_session, session_id, path, format=format, confined=True)
         return {"session_id": session_id, "path": str(out), "format": format}
 
 

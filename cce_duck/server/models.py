@@ -1,4 +1,4 @@
-"""Request bodies of the REST API (unknown fields are refused with 422)."""
+"""Request bodies of the REST API (unknown fields and wrong types are refused with 422)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ MAX_MESSAGES = 10_000
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown fields and wrong types are refused (``"max_tokens": "100"`` or ``1.0`` is not an
+    integer, ``"explain": "true"`` or ``1`` not a boolean): 422 ``invalid_request``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class MessageIn(_Strict):

@@ -12,12 +12,10 @@ from typing import Any
 
 from cce_duck.config import Config
 from cce_duck.engine import Engine
+from cce_duck.folder import SERVER_FILE
 from cce_duck.server.keys import KeyRing
 
 __all__ = ["SERVER_FILE", "running_server", "serve"]
-
-#: Written into the data folder while a REST server owns it, so ``cce sql`` can find the server.
-SERVER_FILE = "server.json"
 
 
 def running_server(data_dir: Path) -> dict[str, Any] | None:

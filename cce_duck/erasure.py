@@ -1,0 +1,204 @@
+"""Erasure that survives a killed process: what is forgotten or deleted ends up in no file of the
+data folder, even when the process dies half-way.
+
+:func:`erase` runs five steps, each of which may run again:
+
+1. the **intent** (session, turn numbers, note ids; never the text) is written to
+   ``erasure.json`` and synced (sealed with the journal key in an encrypted folder);
+2. the rows go, in one transaction;
+3. the **journal** loses every record of the erased turns (and any torn line);
+4. the database file is **rewritten** (:func:`scrub`): DuckDB marks deleted rows' blocks free
+   but does not wipe them, and its write-ahead log still holds the rows, so the whole database
+   is copied (``COPY FROM DATABASE``) into ``memory.duckdb.rewrite``, synced, and moved over the
+   old file;
+5. the intent is removed.
+
+A process killed anywhere after step 1 leaves the intent behind; the next writable open calls
+:func:`finish` before the journal is replayed, which runs steps 2-5 again (rolls forward). The
+open also removes a half-written ``memory.duckdb.rewrite`` (:func:`cce_duck.folder.clean_leftovers`).
+A read-only open of a folder with an unfinished erasure is refused. Killed before step 1, the
+erasure never started: the call had not returned and everything is as before.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cce_duck import folder
+from cce_duck.corrections import refresh_session_summary
+from cce_duck.derived import csv, run_script, touch
+from cce_duck.errors import CCEError
+from cce_duck.store import Store
+
+__all__ = ["Erasure", "erase", "finish", "scrub", "scrub_journal"]
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What one erasure removes: some turns and notes of a session, or the whole session."""
+
+    session_id: str
+    #: Turn numbers to remove; ``None``: the whole session, every table.
+    turns: tuple[int, ...] | None = None
+    notes: tuple[int, ...] = ()
+
+    def record(self) -> dict[str, Any]:
+        """The intent as it is recorded (ids only)."""
+        return {"erase": 1, "s": self.session_id, "turns": None if self.turns is None
+                else list(self.turns), "notes": list(self.notes)}
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Erasure:
+        """Read a recorded intent back; ``ValueError`` if it is not one."""
+        if rec.get("erase") != 1 or not isinstance(rec.get("s"), str):
+            raise ValueError("not an erasure intent")
+        try:
+            turns = rec["turns"]
+            return cls(rec["s"], None if turns is None else tuple(int(t) for t in turns),
+                       tuple(int(n) for n in rec["notes"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not an erasure intent ({exc})") from None
+
+    def covers(self, rec: dict[str, Any]) -> bool:
+        """Whether a journal record is one of the erased messages."""
+        if rec.get("s") != self.session_id:
+            return False
+        return self.turns is None or int(rec.get("n", -1)) in self.turns
+
+
+def erase(store: Store, what: Erasure) -> dict[str, int]:
+    """Remove ``what`` from every table and every file of the folder (steps 1-5 above).
+
+    Call it with nothing journaled that is not in the tables yet (flush first). Returns the rows
+    deleted per table for a whole session (``{}`` for turns and notes: their plan counts them).
+    """
+    data_dir = store.data_dir
+    if data_dir is not None:
+        folder.write_intent(data_dir, store.journal_codec.encode(what.record()))
+    counts = _delete(store, what)
+    if data_dir is not None:
+        _finish_files(store, data_dir, what)
+    return counts
+
+
+def finish(store: Store) -> Erasure | None:
+    """Roll forward an erasure a crash interrupted (at open, before the journal is replayed);
+    returns what it finished, or ``None`` when nothing was pending."""
+    data_dir = store.data_dir
+    if data_dir is None or store.read_only:
+        return None
+    line = folder.read_intent(data_dir)
+    if line is None:
+        return None
+    try:
+        what = Erasure.from_record(store.journal_codec.decode(line.strip()))
+    except ValueError as exc:
+        raise CCEError(f"the interrupted erasure recorded in {data_dir / folder.ERASURE_FILE} "
+                       f"cannot be read ({exc}); it was not written by cce_duck") from None
+    _delete(store, what)
+    _finish_files(store, data_dir, what)
+    return what
+
+
+def _delete(store: Store, what: Erasure) -> dict[str, int]:
+    """Step 2: the rows, in one transaction (running it again deletes nothing more)."""
+    counts: dict[str, int] = {}
+    sid = what.session_id
+    if what.turns is None:
+        tables = [str(r[0]) for r in store.q("session_tables").fetchall()]
+        with store.transaction() as con:
+            for table in tables:
+                row = con.execute(f'DELETE FROM main."{table}" WHERE session_id = ?',
+                                  [sid]).fetchone()
+                counts[table] = int(row[0]) if row else 0
+        return counts
+    with store.transaction():
+        run_script(store, "forget_rows", {"sid": sid, "notes": csv(what.notes) or "-1",
+                                          "turns": csv(what.turns) or "-1"})
+        if store.q("session_row", {"sid": sid}).fetchone() is not None:
+            refresh_session_summary(store, sid)
+            touch(store, sid)
+    return counts
+
+
+def _finish_files(store: Store, data_dir: Path, what: Erasure) -> None:
+    """Steps 3-5: the journal, the database file, then the intent."""
+    scrub_journal(data_dir / folder.JOURNAL_FILE, store, what)
+    scrub(store)
+    folder.clear_intent(data_dir)
+
+
+def scrub_journal(path: Path, store: Store, what: Erasure) -> int:
+    """Step 3: rewrite the journal without the records ``what`` covers and without unreadable
+    (torn) lines, which may hold pieces of them; returns the lines dropped.
+
+    The file is rewritten in place (the writer may hold it open for appending) and synced. Every
+    record it keeps is already in the tables (see :func:`erase`), so a crash half-way through
+    loses nothing; the intent is still there and the next open runs this step again.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    kept: list[bytes] = []
+    dropped = 0
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        try:
+            rec = store.journal_codec.decode(line.decode("utf-8"))
+            covered = what.covers(rec)
+        except (ValueError, TypeError):
+            covered = True
+        if covered:
+            dropped += 1
+        else:
+            kept.append(line + b"\n")
+    if dropped:
+        body = b"".join(kept)
+        with path.open("r+b") as fh:
+            fh.write(body)
+            fh.truncate(len(body))
+            fh.flush()
+            os.fsync(fh.fileno())
+    return dropped
+
+
+def scrub(store: Store) -> None:
+    """Rewrite the database file so deleted rows leave no bytes behind (step 4; also what
+    ``Engine.compact`` runs).
+
+    DuckDB marks the blocks of deleted rows free but does not wipe them, so a checkpoint alone
+    leaves forgotten text readable in the file. The whole database is copied into a new file
+    (``COPY FROM DATABASE``), which then replaces the old one atomically; the connection is
+    reopened with its UDFs and macros. In-memory stores have no file and are left as they are.
+    Killed half-way, the old file is intact and the copy is removed at the next open.
+    """
+    if store.data_dir is None or store.read_only:
+        return
+    path = Path(store.path)
+    tmp = store.data_dir / folder.REWRITE_FILE
+    for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    con = store.con
+    con.execute("CHECKPOINT")
+    row = con.execute("SELECT current_database()").fetchone()
+    db = str(row[0]) if row else "memory"
+    store.attach(tmp, "cce_rewrite")  # encrypted with the folder's key when it is encrypted
+    try:
+        con.execute(f'COPY FROM DATABASE "{db}" TO cce_rewrite')
+        con.execute("CHECKPOINT cce_rewrite")
+    finally:
+        con.execute("DETACH cce_rewrite")
+    store.reconnect(lambda: _swap(tmp, path))
+
+
+def _swap(tmp: Path, path: Path) -> None:
+    folder.fsync(tmp)
+    os.replace(tmp, path)
+    # the old file's log was checkpointed before the copy; it must never meet the new file
+    path.with_name(folder.WAL_FILE).unlink(missing_ok=True)
+    folder.fsync(path.parent)

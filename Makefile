@@ -43,10 +43,11 @@ test: $(TEST) $(E2E)
 	cd cce_sdk_js && CCE_PYTHON=$(CURDIR)/$(BIN)/python npm test
 
 ## The inner loop: no slow test (real models, package builds), no test that starts processes or
-## a browser, no end-to-end stage (it runs only with --run-e2e).
+## a browser, no end-to-end stage (it runs only with --run-e2e), and the context-cap property
+## tests search 20 random cases instead of 60 (`make test` runs everything at full strength).
 FAST := not slow and not processes and not browser
 test-fast: $(TEST)
-	$(BIN)/python -m pytest -q -m "$(FAST)"; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	CCE_PROPERTY_EXAMPLES=20 $(BIN)/python -m pytest -q -m "$(FAST)"; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 ## Only the end-to-end stage.
 test-e2e: $(E2E)

@@ -216,6 +216,19 @@ def test_in_memory_engine_has_no_file_access(tmp_path: Path) -> None:
     assert not (tmp_path / "m.csv").exists()
 
 
+def test_spill_directory_stays_usable_inside_the_folder(tmp_path: Path) -> None:
+    """A query larger than DuckDB's memory limit spills into the folder's own temp directory
+    under the seal; an in-memory engine (no spill directory at all) runs out of memory."""
+    big = "SELECT count(*) AS n FROM (SELECT DISTINCT md5(range::VARCHAR) FROM range(2000000))"
+    with Engine(data_dir=tmp_path / "data", embedder="hash", duckdb_memory_mb=64) as eng:
+        assert read_only_query(eng, big)["n"].item() == 2_000_000
+        tmp = eng.sql("SELECT current_setting('temp_directory') AS t")["t"].item()
+        assert Path(tmp).parent == (tmp_path / "data").resolve()
+    with Engine(data_dir=None, embedder="hash", duckdb_memory_mb=64) as eng, \
+            pytest.raises(ValidationError, match="Out of Memory"):
+        read_only_query(eng, big)
+
+
 def test_encrypted_folder_is_sealed_after_httpfs(tmp_path: Path) -> None:
     arena = make_arena(tmp_path / "plain")  # the secrets and the other folder
     data = tmp_path / "enc"

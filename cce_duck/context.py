@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import polars as pl
 
+from cce_duck import ranking
 from cce_duck.config import Config
 from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.history import (
@@ -25,7 +27,7 @@ from cce_duck.history import (
 from cce_duck.index import IndexCache, SessionIndex
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
-from cce_duck.text import estimate_tokens, outside_spans
+from cce_duck.text import cached_terms, estimate_tokens, outside_spans, query_terms
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
@@ -44,10 +46,6 @@ QUOTE_MAX_TOKENS = 120
 QUOTES_PER_NOTE = 6
 _WORD_CHAR = re.compile(r"\w")
 HITS_PER_NOTE = 8  # turns retrieved per note allowed, so a full budget has candidates to spare
-# Conversation-aware re-ranking of the hits (see `rerank`):
-REPLY_SHARE = 0.5  # a reply inherits this share of the score of the question right before it
-OTHER_SPEAKER = 0.7  # score factor of turns by others when the question names one speaker
-TERMS_HALF_WEIGHT = 3  # a turn with this many terms weighs half (see `rerank`)
 
 
 def is_overview_question(query: str) -> bool:
@@ -194,8 +192,7 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
         hits = index.retrieve(qv, req.query, next_turn=next_turn, k=HITS_PER_NOTE * req.top_k,
                               since=req.since, until=req.until, last_turns=req.last_turns,
                               before_turn=first_verbatim, recency_weight=config.recency_weight,
-                              rrf_k=config.rrf_k, replies=True)
-        hits = rerank(hits, req.query, index.speaker)
+                              rrf_k=config.rrf_k, conversation=True)
         chosen, dropped, memory_paid = _quotes(store, sid, req, hits, index, budget, memory_paid,
                                                memory_overhead)
 
@@ -262,33 +259,23 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
 
 def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None]
            ) -> list[dict[str, Any]]:
-    """Hits in conversation-aware order (their ``score``; ``rank`` is renumbered).
-
-    Two facts of conversations: the answer to a question is often the reply right after it, so
-    a turn following a turn that asks inherits ``REPLY_SHARE`` of that turn's fused score; and a
-    question naming exactly one of the session's speakers ("What did Caroline research?") is
-    about what that speaker said, so other speakers' turns (often ones addressing her by name)
-    weigh ``OTHER_SPEAKER`` times their score.
-
-    And a prior on size: a turn with ``n`` terms (its BM25 terms, the speaker's name included)
-    weighs ``n / (n + TERMS_HALF_WEIGHT)``. Short turns ("Thanks!", "Wow, so cool!") hold little
-    worth quoting, yet their vectors sit close to many questions; on LoCoMo a hit with under 3
-    content words was evidence 0.1% of the time, one with 24 or more 10.8%.
-    Ties: the later turn first.
-    """
-    by_turn = {h["turn_no"]: h for h in hits}
-    named = {s for s in set(speakers) if s and re.search(
-        rf"(?<![^\W_]){re.escape(s)}(?![^\W_])", query, re.I)}
-    for h in hits:
-        score = h["fused"]
-        prev = by_turn.get(h["turn_no"] - 1)
-        if prev is not None and prev["asks"]:
-            score += REPLY_SHARE * prev["fused"]
-        if len(named) == 1 and h["speaker"] not in named:
-            score *= OTHER_SPEAKER
-        score *= h["n_terms"] / (h["n_terms"] + TERMS_HALF_WEIGHT)
-        h["score"] = score
-    out = sorted(hits, key=lambda h: (-h["score"], -h["turn_no"]))
+    """Hits (with ``turn_no``, ``fused``, ``asks``, ``speaker``, ``n_terms``) in conversation
+    order: their ``score`` (:func:`cce_duck.ranking.conversation_scores`), ``rank`` renumbered.
+    Ties: the later turn first. ``speakers`` are the session's (a question naming exactly one
+    of them weighs the others' turns down)."""
+    if not hits:
+        return []
+    named = ranking.named_speakers([t for t, _ in query_terms(query)],
+                                   {sp: cached_terms(sp) for sp in set(speakers) if sp})
+    turn_no = np.array([h["turn_no"] for h in hits], dtype=np.int64)
+    score = ranking.conversation_scores(
+        np.array([h["fused"] for h in hits], dtype=np.float64), turn_no,
+        np.array([bool(h["asks"]) for h in hits], dtype=bool),
+        ranking.other_speakers([h["speaker"] for h in hits], named),
+        np.array([h["n_terms"] for h in hits], dtype=np.float64))
+    for h, sc in zip(hits, score, strict=True):
+        h["score"] = float(sc)
+    out = [hits[i] for i in np.lexsort((-turn_no, -score))]
     for r, h in enumerate(out):
         h["rank"] = r + 1
     return out

@@ -5,7 +5,8 @@ data folder, even when the process dies half-way.
 
 1. the **intent** (session, turn numbers, note ids; never the text) is written to
    ``erasure.json`` and synced (sealed with the journal key in an encrypted folder);
-2. the rows go, in one transaction;
+2. the rows go, in one transaction, with the cache of model replies (``llm_cache``: a cached
+   reply belongs to no session and may quote what is erased);
 3. the **journal** loses every record of the erased turns (and any torn line);
 4. the database file is **rewritten** (:func:`scrub`): DuckDB marks deleted rows' blocks free
    but does not wipe them, and its write-ahead log still holds the rows, so the whole database
@@ -77,6 +78,7 @@ def erase(store: Store, what: Erasure) -> dict[str, int]:
     """
     data_dir = store.data_dir
     if data_dir is not None:
+        finish(store)  # one that failed earlier in this process first: its intent is replaced
         folder.write_intent(data_dir, store.journal_codec.encode(what.record()))
     counts = _delete(store, what)
     if data_dir is not None:
@@ -114,8 +116,10 @@ def _delete(store: Store, what: Erasure) -> dict[str, int]:
                 row = con.execute(f'DELETE FROM main."{table}" WHERE session_id = ?',
                                   [sid]).fetchone()
                 counts[table] = int(row[0]) if row else 0
+            store.q("erase_llm_cache")
         return counts
     with store.transaction():
+        store.q("erase_llm_cache")
         run_script(store, "forget_rows", {"sid": sid, "notes": csv(what.notes) or "-1",
                                           "turns": csv(what.turns) or "-1"})
         if store.q("session_row", {"sid": sid}).fetchone() is not None:

@@ -1,10 +1,11 @@
-"""In-process retrieval index of a session: the ``cce_retrieve`` scoring, done with NumPy.
+"""In-process retrieval index of a session: the ranking of :mod:`cce_duck.ranking`, on NumPy.
 
-``sql/macros/cce_retrieve_v1.sql`` defines the scoring in SQL, for anyone querying the tables
-(``cce sql``, notebooks). Answering every context request with that macro costs a DuckDB plan of
-a dozen joins and window functions (~15 ms on two cores for 1,000 turns), so the library keeps a
-session's int8 vectors and BM25 postings in memory, loaded from the same tables, and computes the
-same scores with a few vector operations. A test keeps both in agreement.
+The ``cce_retrieve`` macro ranks the same way in SQL, for anyone querying the tables (``cce sql``,
+notebooks), from the same specification file. Answering every context request with the macro
+costs a DuckDB plan of a dozen joins and window functions, so the library keeps a session's int8
+vectors and BM25 postings in memory, loaded from the same tables, and scores them with a few
+vector operations. Golden files generated from the macro keep both in agreement
+(``tests/test_ranking_goldens.py``).
 
 Besides the scoring data it keeps what every context needs and rarely changes: pins, note
 headers and the uncompressed tail of the session. An index is valid while the session's
@@ -34,10 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from threadpoolctl import ThreadpoolController
 
+from cce_duck import ranking
 from cce_duck.embedders.base import Matrix
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
-from cce_duck.text import estimate_tokens, query_terms
+from cce_duck.text import cached_terms, estimate_tokens, query_terms
 
 __all__ = ["Hit", "IndexCache", "SessionIndex"]
 
@@ -89,11 +91,12 @@ _SCRATCH_BYTES = 48 * 1024  # under the allocator's mmap threshold (cce_duck.all
 
 
 def _products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``mat @ q`` for an int8 matrix, a few rows at a time: each block's float32 copy stays
-    small enough to be reused from the heap. One float32 copy of the whole matrix (MBs) would be
-    mapped and faulted in afresh by every query: 4-6 ms instead of 0.3 ms for 3,600 vectors."""
-    out = np.empty(len(mat), dtype=np.float32)
-    rows = max(1, _SCRATCH_BYTES // (4 * max(mat.shape[1], 1)))
+    """``mat @ q`` in float64 for an int8 matrix (exact products, as the ranking specifies), a
+    few rows at a time: each block's float copy stays small enough to be reused from the heap.
+    One float copy of the whole matrix (MBs) would be mapped and faulted in afresh by every
+    query: 4-6 ms instead of 0.3 ms for 3,600 vectors."""
+    out = np.empty(len(mat), dtype=np.float64)
+    rows = max(1, _SCRATCH_BYTES // (8 * max(mat.shape[1], 1)))
     for i in range(0, len(mat), rows):
         np.dot(mat[i : i + rows], q, out=out[i : i + rows])
     return out
@@ -273,13 +276,15 @@ class SessionIndex:
     def retrieve(self, qv: Matrix, query: str, *, next_turn: int, k: int,
                  since: datetime | None = None, until: datetime | None = None,
                  last_turns: int | None = None, before_turn: int | None = None,
-                 recency_weight: float = 0.05, rrf_k: int = 60, replies: bool = False
-                 ) -> list[Hit]:
-        """The ``cce_retrieve_v1`` ranking: turn_no, row, dense, best_sentence, bm25, recency,
-        fused and rank of the best ``k`` turns (and ``asks``: the turn has a question mark).
+                 recency_weight: float | None = None, rrf_k: int | None = None,
+                 conversation: bool = False) -> list[Hit]:
+        """The ranking of :mod:`cce_duck.ranking`: turn_no, row, dense, best_sentence, bm25,
+        recency, fused and rank of the best ``k`` turns (and ``asks``: the turn has a question
+        mark). ``recency_weight`` and ``rrf_k`` default to the ranking specification's.
 
-        With ``replies``, the turn right after each of those that asks is added after them
-        (when the window allows it and it is not among them): the likely answer.
+        With ``conversation`` (what a context is built from, and ``cce_retrieve``'s default), the
+        replies to the questions among them are added and the hits are ordered by their
+        conversation ``score`` (``rank`` follows that order).
         """
         n = len(self.turn_no)
         if n == 0:
@@ -288,28 +293,21 @@ class SessionIndex:
             return self._retrieve(np.asarray(qv, dtype=np.float32).reshape(-1), query,
                                   next_turn=next_turn, k=k, since=since, until=until,
                                   last_turns=last_turns, before_turn=before_turn,
-                                  recency_weight=recency_weight, rrf_k=rrf_k, replies=replies)
+                                  recency_weight=recency_weight, rrf_k=rrf_k,
+                                  conversation=conversation)
 
     def _retrieve(self, q: np.ndarray, query: str, *, next_turn: int, k: int,
                   since: datetime | None, until: datetime | None, last_turns: int | None,
-                  before_turn: int | None, recency_weight: float, rrf_k: int,
-                  replies: bool) -> list[Hit]:
-        n = len(self.turn_no)
-        dense = _products(self.mvec, q).astype(np.float64) / 127.0
-        best_sentence = np.full(n, -1, dtype=np.int64)
-        if len(self.s_row):
-            s_score = _products(self.svec, q).astype(np.float64) / 127.0
-            sd = np.full(n, -np.inf)
-            np.maximum.at(sd, self.s_row, s_score)
-            top = s_score >= sd[self.s_row]
-            # first sentence reaching the best score of its turn
-            rows, first = np.unique(self.s_row[top], return_index=True)
-            best_sentence[rows] = self.s_no[np.flatnonzero(top)[first]]
-            dense = np.maximum(dense, np.where(np.isfinite(sd), sd, dense))
-        bm25 = self._bm25(query)
+                  before_turn: int | None, recency_weight: float | None, rrf_k: int | None,
+                  conversation: bool) -> list[Hit]:
+        q64 = q.astype(np.float64)
+        dense, best_sentence = ranking.dense_scores(
+            _products(self.mvec, q64), _products(self.svec, q64), self.s_row, self.s_no)
+        terms = query_terms(query)
+        bm25 = self._bm25(terms)
         recency = (self.turn_no + 1.0) / max(next_turn, 1)
 
-        keep = np.ones(n, dtype=bool)
+        keep = np.ones(len(self.turn_no), dtype=bool)
         if since is not None:
             keep &= self.ts >= np.datetime64(since.replace(tzinfo=None), "us")
         if until is not None:
@@ -322,46 +320,45 @@ class SessionIndex:
         if not len(cand):
             return []
         tn = self.turn_no[cand]
-        # ranks with the macro's tie-break (higher turn first)
-        r_dense = _ranks(dense[cand] + recency_weight * recency[cand], tn)
-        r_bm25 = _ranks(bm25[cand], tn)
-        fused = 1.0 / (rrf_k + r_dense) + np.where(bm25[cand] > 0, 1.0 / (rrf_k + r_bm25), 0.0)
-        order = np.lexsort((-tn, -fused))[:k]
-        if replies:  # the turn after each question among the hits, when it is not one already
-            nxt = order[(order + 1 < len(cand)) & self.asks[cand[order]]] + 1
-            nxt = nxt[tn[nxt] == tn[nxt - 1] + 1]
-            order = np.concatenate([order, np.setdiff1d(nxt, order)])
+        extra: dict[str, np.ndarray] = {}
+        if conversation:
+            named = ranking.named_speakers([t for t, _ in terms], self.speaker_terms)
+            extra = {"asks": self.asks[cand], "n_terms": self.n_terms[cand],
+                     "other": ranking.other_speakers([self.speaker[r] for r in cand], named)}
+        ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], tn, k=k,
+                              recency_weight=recency_weight, rrf_k=rrf_k, **extra)
         out = []
-        for r, i in enumerate(order):
+        for r, i in enumerate(ranked.order):
             row = int(cand[i])
             nid = int(self.note_id[row])
-            out.append({
+            hit = {
                 "turn_no": int(tn[i]), "row": row, "note_id": nid if nid >= 0 else None,
                 "role": self.role[row], "speaker": self.speaker[row],
                 "ts": self.ts[row].item(), "dense": float(dense[row]),
                 "best_sentence": int(best_sentence[row]) if best_sentence[row] >= 0 else None,
-                "bm25": float(bm25[row]), "recency": float(recency[row]), "asks": bool(self.asks[row]),
-                "n_terms": int(self.n_terms[row]), "fused": float(fused[i]), "rank": r + 1})
+                "bm25": float(bm25[row]), "recency": float(recency[row]),
+                "asks": bool(self.asks[row]), "n_terms": int(self.n_terms[row]),
+                "fused": float(ranked.fused[r]), "rank": r + 1}
+            if ranked.score is not None:
+                hit["score"] = float(ranked.score[r])
+            out.append(hit)
         return out
 
-    def _bm25(self, query: str) -> np.ndarray:
-        n = len(self.turn_no)
-        out = np.zeros(n)
-        terms = query_terms(query)
+    @cached_property
+    def speaker_terms(self) -> dict[str, tuple[str, ...]]:
+        """BM25 terms of the name of each of the session's speakers."""
+        return {sp: cached_terms(sp) for sp in set(self.speaker) if sp}
+
+    def _bm25(self, terms: list[tuple[str, float]]) -> np.ndarray:
         if not terms or not len(self.vocab):
-            return out
+            return np.zeros(len(self.turn_no))
         ids = pc.index_in(pa.array([t for t, _ in terms], pa.string()), value_set=self.vocab)
-        avgdl = max(float(self.n_terms.mean()), 1.0)
-        norm = 1.2 * (0.25 + 0.75 * self.n_terms / avgdl)
+        postings = []
         for (_, weight), tid in zip(terms, ids.to_pylist(), strict=True):
-            if tid is None:
-                continue
-            lo, hi = self.p_offsets[tid], self.p_offsets[tid + 1]
-            rows, tf = self.p_row[lo:hi], self.p_tf[lo:hi].astype(np.float64)
-            df = hi - lo
-            idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
-            np.add.at(out, rows, weight * idf * tf * 2.2 / (tf + norm[rows]))
-        return out
+            if tid is not None:
+                lo, hi = self.p_offsets[tid], self.p_offsets[tid + 1]
+                postings.append((weight, self.p_row[lo:hi], self.p_tf[lo:hi]))
+        return ranking.bm25_scores(self.n_terms, postings)
 
 
 _SIDE_READS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cce-index-load")
@@ -384,14 +381,6 @@ def _interned(column: pa.ChunkedArray) -> list[Any]:
     """A short-string column as a list sharing one object per distinct value."""
     seen: dict[Any, Any] = {}
     return [seen.setdefault(v, v) for v in column.to_pylist()]
-
-
-def _ranks(score: np.ndarray, turn_no: np.ndarray) -> np.ndarray:
-    """1-based rank by ``score`` descending, then ``turn_no`` descending."""
-    order = np.lexsort((-turn_no, -score))
-    ranks = np.empty(len(score), dtype=np.float64)
-    ranks[order] = np.arange(1, len(score) + 1)
-    return ranks
 
 
 class IndexCache:

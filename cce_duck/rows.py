@@ -16,7 +16,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from cce_duck import topics
+from cce_duck import ranking, topics
 from cce_duck.config import Config
 from cce_duck.embedders.base import CachedEmbedder, Matrix
 from cce_duck.text import cached_terms, estimate_tokens, is_filler, split_sentences
@@ -32,12 +32,8 @@ TURN_SCHEMA = pa.schema([
     ("session_id", pa.string()), ("turn_no", pa.int32()), ("role", pa.string()),
     ("speaker", pa.string()), ("content", pa.string()), ("ts", pa.timestamp("us")),
     ("tokens", pa.int32()), ("n_terms", pa.int32()), ("content_hash", pa.uint64()),
-    ("micro", pa.string()), ("note_id", pa.int64()),
+    ("micro", pa.string()), ("note_id", pa.int64()), ("message_id", pa.string()),
 ])
-
-#: The largest term frequency a posting stores (its column is a SMALLINT).
-MAX_TF = 32767
-
 
 @contextmanager
 def registered(con: duckdb.DuckDBPyConnection, **tables: Any) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -68,8 +64,10 @@ def content_hash(role: str, text: str) -> int:
 
 
 def quantize(mat: Matrix) -> pa.FixedSizeListArray:
-    """Unit vectors as int8 (x127) fixed-size lists: a quarter of float32's bytes."""
-    q = np.clip(np.rint(mat * 127.0), -127, 127).astype(np.int8)
+    """Unit vectors as int8 fixed-size lists (the ranking specification's ``vector_scale``
+    times, rounded and clipped to that scale): a quarter of float32's bytes."""
+    scale = ranking.spec().vector_scale
+    q = np.clip(np.rint(mat * float(scale)), -scale, scale).astype(np.int8)
     return pa.FixedSizeListArray.from_arrays(pa.array(q.ravel(), pa.int8()), mat.shape[1])
 
 
@@ -79,7 +77,7 @@ def vectors_of(column: Any, dim: int) -> Matrix:
     if len(arr) == 0:
         return np.empty((0, dim), dtype=np.float32)
     flat = np.asarray(arr.flatten(), dtype=np.float32)
-    return (flat.reshape(len(arr), dim) / 127.0).astype(np.float32)
+    return (flat.reshape(len(arr), dim) / float(ranking.spec().vector_scale)).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -130,8 +128,9 @@ class TurnRows:
 
     def add(self, emb: CachedEmbedder, config: Config, sid: str, turn_no: int, role: str,
             speaker: str | None, content: str | None, ts: datetime, *, micro: str | None = None,
-            tokens: int | None = None, note_id: int | None = None) -> dict[str, Any]:
-        """Derive and append one turn; returns its row.
+            tokens: int | None = None, note_id: int | None = None,
+            message_id: str | None = None) -> dict[str, Any]:
+        """Derive and append one turn (``message_id``: the client's id of it); returns its row.
 
         A turn whose raw text was dropped (``content`` None) is derived from its ``micro`` line
         and keeps its stored ``tokens``.
@@ -146,7 +145,7 @@ class TurnRows:
             "content": content, "ts": ts,
             "tokens": int(tokens) if content is None and tokens else a.tokens,
             "n_terms": len(a.words), "content_hash": content_hash(role, text),
-            "micro": micro, "note_id": note_id,
+            "micro": micro, "note_id": note_id, "message_id": message_id,
         }
         self.turns.append(row)
         self.mvec.append(a.whole)
@@ -154,7 +153,7 @@ class TurnRows:
             self.svec.append(a.parts)
             self.svec_rows.extend((sid, turn_no, j, x, z)
                                   for j, (x, z) in zip(a.sent_nos, a.spans, strict=True))
-        self.post.extend((sid, term, turn_no, min(c, MAX_TF)) for term, c in Counter(a.words).items())
+        self.post.extend((sid, term, turn_no, ranking.stored_tf(c)) for term, c in Counter(a.words).items())
         return row
 
     def insert(self, store: Store, *, turns: bool = True) -> None:

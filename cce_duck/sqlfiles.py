@@ -10,12 +10,15 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
+from cce_duck import ranking
+
 __all__ = [
     "CURRENT_MACROS",
     "Macro",
     "alias_sql",
     "macro",
     "macro_files",
+    "macro_sql",
     "migration_files",
     "query",
     "schema_sql",
@@ -24,7 +27,7 @@ __all__ = [
 
 #: The macro version each unversioned alias points to. A bump is a one-line change here.
 CURRENT_MACROS: dict[str, str] = {
-    "cce_retrieve": "cce_retrieve_v1",
+    "cce_retrieve": "cce_retrieve_v2",
     "cce_overview": "cce_overview_v1",
     "cce_turns": "cce_turns_v1",
     "cce_recent": "cce_recent_v1",
@@ -76,14 +79,23 @@ def macro_files() -> list[str]:
 
 @cache
 def macro(name: str) -> Macro:
-    """Parse ``sql/macros/<name>.sql``."""
+    """Parse ``sql/macros/<name>.sql``, with the ranking specification's constants filled in
+    (``@NAME@`` placeholders, :func:`cce_duck.ranking.sql_values`); ``@DIM@`` stays (see
+    :func:`macro_sql`)."""
     text = _read("macros", f"{name}.sql")
+    for placeholder, value in ranking.sql_values().items():
+        text = text.replace(placeholder, value)
     header = _HEADER.match(text)
     sig = _SIGNATURE.search(text)
     if header is None or sig is None or sig.group(1) != name:
         raise RuntimeError(f"macro file {name}.sql lacks a header or defines another name")
     lines = [ln[2:].strip() for ln in header.group(1).splitlines()]
     return Macro(name, "\n".join(lines), " ".join(sig.group(2).split()), bool(sig.group(3)), text)
+
+
+def macro_sql(name: str, dim: int) -> str:
+    """The ``CREATE TEMP MACRO`` statement of ``name`` for a store of vector dimension ``dim``."""
+    return macro(name).sql.replace("@DIM@", str(dim))
 
 
 def alias_sql(alias: str, target: str) -> str:

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import Stemmer
 
+from cce_duck.ranking import spec
 from cce_duck.stopwords import OTHER_STOPWORDS, QUESTION_WORDS
 from cce_duck.writing_systems import FOLD, KATAKANA, MARKS, NO_SPACE, script_of
 
@@ -182,12 +183,15 @@ def term_words(text: str) -> list[tuple[str, str]]:
 def query_terms(query: str) -> list[tuple[str, float]]:
     """Distinct search terms of a question with weights.
 
-    Distinctive terms (the words a user expects to be matched exactly) weigh 2.0: numbers in
+    Distinctive terms (the words a user expects to be matched exactly) weigh 2.0
+    (``distinctive_term_weight`` of the ranking specification): numbers in
     any digits; names and acronyms in cased scripts (a capital not at a sentence start, after
     ``.?!¿¡。`` etc., or several capitals); a word in another script than most of the question
     (``DuckDB`` in a Chinese or Hindi question); katakana (Japanese names and loanwords).
-    Other content words weigh 1.0; question filler words of several languages are dropped.
+    Other content words weigh 1.0 (``plain_term_weight``); question filler words of several
+    languages are dropped.
     """
+    strong, plain = spec().distinctive_term_weight, spec().plain_term_weight
     text = unicodedata.normalize("NFKC", query)
     if not text.isascii():
         text = text.translate(FOLD)
@@ -208,13 +212,13 @@ def query_terms(query: str) -> list[tuple[str, float]]:
                 if bigram in _QUESTION or not _keep(bigram):
                     continue
                 kana = bool(_KATAKANA.match(raw[i])) and bool(_KATAKANA.match(raw[i + 1 : i + 2] or raw[i]))
-                weight = 2.0 if distinctive or kana else 1.0
+                weight = strong if distinctive or kana else plain
                 seen[bigram] = max(seen.get(bigram, 0.0), weight)
             continue
         for t, word in term_words(raw):
             if word in _QUESTION or t in _QUESTION:
                 continue
-            seen[t] = max(seen.get(t, 0.0), 2.0 if distinctive else 1.0)
+            seen[t] = max(seen.get(t, 0.0), strong if distinctive else plain)
     return list(seen.items())
 
 

@@ -19,8 +19,8 @@ from cce_duck import Engine
 
 __all__ = ["OPS", "marker", "messages", "new_token", "run", "session_of"]
 
-#: forget a turn range, forget a note, delete a whole session
-OPS = ("range", "note", "delete")
+#: forget a turn range, forget a note, delete a whole session; compact (erases nothing)
+OPS = ("range", "note", "delete", "compact")
 TOPICS = 6   # topics of four messages per round, a day apart (deterministic topic boundaries)
 WORDS = ["budget", "garden", "hiking", "piano", "migration", "harbor", "falcon", "jasper"]
 
@@ -60,6 +60,9 @@ def run(folder: str, op: str, round_no: int, token: str, conn: Connection) -> No
         else:
             eng.flush()
             erased = numbers
+    elif op == "compact":
+        eng.flush()
+        erased = []
     elif op == "range":
         first, last = numbers[9], numbers[14]
         plan = eng.forget_plan(sid, turns=(first, last))
@@ -68,7 +71,7 @@ def run(folder: str, op: str, round_no: int, token: str, conn: Connection) -> No
         notes = eng.notes(sid).filter(start_turn=numbers[4])
         nid = int(notes["note_id"][0])
         erased = sorted(eng.forget_plan(sid, note_id=nid).filter(kind="turn")["turn_no"].to_list())
-    if round_no == 0 and op != "delete":
+    if round_no == 0 and op in ("range", "note"):
         eng.store.con.execute("CHECKPOINT")  # the parent checks the scan sees the file's bytes
     conn.send(("ready", numbers, erased))
     conn.recv()  # "go"
@@ -78,8 +81,10 @@ def run(folder: str, op: str, round_no: int, token: str, conn: Connection) -> No
         eng.forget(sid, turns=(first, last))
     elif op == "note":
         eng.forget(sid, note_id=nid)
-    else:
+    elif op == "delete":
         eng.delete_session(sid)
+    else:
+        eng.compact()
     conn.send(("done", time.monotonic() - started))
     conn.recv()  # wait for the kill (or "close")
     eng.close()

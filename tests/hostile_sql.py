@@ -1,7 +1,8 @@
 """Hostile statements for the read-only SQL sandbox, and the files they aim at.
 
-``{out}`` is a folder outside the data folder holding secrets, ``{other}`` another data folder,
-``{data}`` the data folder under attack. Every statement must be refused on every read-only
+``{out}`` is a folder outside the data folder holding secrets (so is ``{data}-evil``, a sibling
+whose name starts like the data folder's), ``{other}`` another data folder, ``{data}`` the data
+folder under attack. Every statement must be refused on every read-only
 route, leave memory exactly as it was, and neither read nor create a file outside ``{data}``.
 """
 
@@ -50,6 +51,9 @@ HOSTILE: list[str] = [
     "SELECT * FROM sniff_csv('{out}/secret.csv')",
     "SELECT * FROM '{out}/secret.csv'",
     "SELECT * FROM read_text('{data}/../outside/secret.txt')",
+    "SELECT * FROM read_text('{data}-evil/secret.txt')",  # a sibling sharing the prefix
+    "SELECT * FROM read_text('/proc/self/environ')",  # the server's keys and passphrase
+    "SELECT * FROM glob('/root/.ssh/*')",
     "SELECT * FROM read_duckdb('{other}/memory.duckdb', table_name = 'turns')",
     "SELECT * FROM duckdb_secrets()",
     # URLs (httpfs is loaded for encryption)
@@ -97,6 +101,9 @@ HOSTILE: list[str] = [
     "WITH ids AS (SELECT nextval('note_ids') AS n) SELECT * FROM ids",
     "SELECT * FROM turns WHERE turn_no IN (SELECT nextval('note_ids'))",
     "SELECT [x FOR x IN [1] IF nextval('note_ids') > 0]",
+    "SELECT ('note_ids').nextval()",  # method-call syntax
+    "SELECT * FROM system.main.checkpoint()",  # qualified
+    "FROM \"CHECKPOINT\"()",  # quoted, upper case
     # plain writes
     "UPDATE turns SET content = 'PWNED'",
     "DELETE FROM turns",

@@ -150,7 +150,7 @@ def test_readable_defaults(folder: Path) -> None:
     assert len(top.split("┳")[-1]) >= 24  # the summary column is not squeezed
     assert "transaction" in notes
     assert max(len(ln) for ln in notes.splitlines()) <= 80
-    why = cce("inspect", "s1", "--query", "piano price", *d, columns=100).output
+    why = cce("inspect", "s1", "--query", "piano price", "-m", "120", *d, columns=100).output
     assert "{" not in why  # laid out, not a Python dict
     scores = [w for w in why.split() if w.count(".") == 1 and w.replace(".", "").isdigit()]
     assert scores
@@ -189,6 +189,13 @@ def test_read_commands_go_through_the_running_server(folder: Path) -> None:
         notes = run("inspect", "s1", "--json")
         assert notes.returncode == 0, notes.stderr
         assert len(json.loads(notes.stdout)) >= 4
+        hits = run("search", "s1", "adapter logged tool call", "--json")
+        assert hits.returncode == 0, hits.stderr
+        found = json.loads(hits.stdout)
+        assert found[0]["content"] == f"the adapter logged {BRACKETS}"
+        assert [h["rank"] for h in found] == sorted(h["rank"] for h in found)
+        assert BRACKETS in run("search", "s1", "adapter logged tool call").stdout
+        assert "unknown session" in run("search", "nope", "x").stderr
         sessions = run("sessions", "--json")
         assert [s["session_id"] for s in json.loads(sessions.stdout)] == ["s1"]
         # a write command gets the CLI's advice, not the library's
@@ -213,3 +220,17 @@ def test_engine_ingest_reports_progress_and_reads_files(tmp_path: Path) -> None:
         assert [c[0] for c in calls] == sorted(c[0] for c in calls)
         assert eng.ingest_file("s", path) == []  # the same history again stores nothing
         assert eng.stats("s").item(0, "turns") == 600
+
+
+def test_demo_counts_the_history_once_and_says_its_folder_is_temporary(tmp_path: Path) -> None:
+    import re
+
+    out = cce("demo", "--embedder", "hash").output
+    header = int(re.search(r"(\d+) tokens of history", out).group(1))  # type: ignore[union-attr]
+    footer = int(re.search(r"full history (\d+) tokens", out).group(1))  # type: ignore[union-attr]
+    assert header == footer
+    assert "temporary" in out
+    assert "--data-dir" in out
+    kept = tmp_path / "kept"
+    assert cce("demo", "--embedder", "hash", "--data-dir", str(kept)).exit_code == 0
+    assert json.loads(cce("stats", "demo", "--json", "--data-dir", str(kept)).stdout)[0]["turns"] > 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import topic_messages
 
-from cce_duck import CCEError, Engine
+from cce_duck import CCEError, Engine, erasure
 from cce_duck.cipher import PLAIN_JOURNAL
 from cce_duck.encryption import encrypt_folder
 from cce_duck.erasure import Erasure
@@ -142,6 +142,43 @@ def test_forget_scrubs_stale_journal_records(data_dir: Path) -> None:
         assert (data_dir / JOURNAL_FILE).read_bytes() == b""
     with Engine(data_dir=data_dir, embedder="hash") as eng:
         assert eng.sessions()["session_id"].to_list() == ["kept"]
+
+
+def test_a_failed_erasure_is_finished_before_the_next(data_dir: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erasure that raised half-way (its intent still there) is finished by the next one
+    in the same process, not overwritten by it."""
+    gone, _ = _setup(data_dir, "s", None)
+    real = erasure.scrub_journal
+
+    def fail(*args: object) -> int:
+        raise OSError("the disk refused the write")
+
+    with Engine(data_dir=data_dir, embedder="hash") as eng:
+        monkeypatch.setattr(erasure, "scrub_journal", fail)
+        with pytest.raises(OSError, match="refused"):
+            eng.forget("s", turns=(0, 5))
+        assert (data_dir / ERASURE_FILE).exists()
+        assert _hits(data_dir, gone) == gone  # the journal still holds them
+        monkeypatch.setattr(erasure, "scrub_journal", real)
+        eng.forget("s", turns=(19, 19))
+        assert not (data_dir / ERASURE_FILE).exists()
+        assert _hits(data_dir, gone) == []
+
+
+def test_erasure_empties_the_model_reply_cache(data_dir: Path) -> None:
+    """A cached model reply may quote what is forgotten; it is tied to no session, so every
+    erasure empties the cache (the notes keep their summaries)."""
+    gone, _ = _setup(data_dir, "s", None)
+    with Engine(data_dir=data_dir, embedder="hash") as eng:
+        eng.store.con.execute("INSERT INTO llm_cache VALUES ('k', 'm', ?, 1, 1, now())",
+                              [f"a summary quoting {gone[0]}"])
+        summaries = eng.sql("SELECT note_id, summary FROM notes WHERE session_id = 'kept'").rows()
+        eng.forget("s", turns=(0, 5))
+        assert eng.sql("SELECT count(*) FROM llm_cache").item() == 0
+        assert eng.sql("SELECT note_id, summary FROM notes WHERE session_id = 'kept'"
+                       ).rows() == summaries
+    assert _hits(data_dir, gone) == []
 
 
 def test_open_cleans_what_a_killed_rewrite_left(data_dir: Path) -> None:

@@ -28,6 +28,7 @@ def _sample() -> list[dict[str, object]]:
 
 
 def _macro(eng: Engine, sid: str, q: str, **kw: object) -> list[tuple[int, float, float]]:
+    kw.setdefault("conversation", False)  # the fused ranking (the index's default)
     args = ", ".join(f"{k} := ?" for k in kw)
     rows = eng.store.con.execute(
         f"SELECT turn_no, dense, bm25 FROM cce_retrieve(?, ?{', ' if kw else ''}{args})",
@@ -57,7 +58,11 @@ def test_index_ranks_like_the_sql_macro(tmp_path: Path, embedder: str) -> None:
                 assert t in by_turn, (q, t)
                 assert d == pytest.approx(by_turn[t][0], abs=1e-5)
                 assert b == pytest.approx(by_turn[t][1], rel=1e-6, abs=1e-9)
-            assert [t for t, _, _ in sql[:10]] == [t for t, _, _ in mine[:10]], q
+            assert [t for t, _, _ in sql] == [t for t, _, _ in mine], q
+            # and the conversation order (what a context is built from)
+            conv = _macro(eng, "s", q, k=40, conversation=True)
+            assert [t for t, _, _ in conv] == [t for t, _, _ in _index(
+                eng, "s", q, k=40, conversation=True)], q
 
 
 def test_index_filters_like_the_sql_macro(file_engine: Engine) -> None:

@@ -125,6 +125,16 @@ def test_bad_arguments_are_tool_errors(tmp_path: Path) -> None:
             ("cce_sql", {"sql": "DELETE FROM turns"}),
             ("cce_sql", {"sql": "SELECT 1; SELECT 2"}),
             ("cce_list_sessions", {"limit": 3}),
+            ("cce_search", {"session_id": "nope", "query": "x"}),
+            ("cce_search", {"session_id": "ok", "query": ""}),
+            ("cce_search", {"session_id": "ok", "query": "   "}),
+            ("cce_search", {"session_id": "ok", "query": "x", "k": 0}),
+            ("cce_search", {"session_id": "ok", "query": "x", "k": 5000}),
+            ("cce_search", {"session_id": "ok", "query": "x", "last_turns": 0}),
+            ("cce_search", {"session_id": "ok", "query": "x", "until": "soon"}),
+            ("cce_search", {"session_id": "ok", "query": "x", "since": "2024-05-05",
+                            "until": "2024-05-01"}),
+            ("cce_search", {"session_id": "ok", "query": "x", "top": 3}),
             ("no_such_tool", {}),
         ]
         for name, arguments in bad:
@@ -223,3 +233,81 @@ def test_export_session_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
     run_client(data, tmp_path, body)
     assert len(json.loads(target.read_text())["turns"]) == 20
+
+
+READ_ONLY = {"cce_retrieve_context", "cce_search", "cce_summarize_session", "cce_session_stats",
+             "cce_list_sessions", "cce_stateless_compress", "cce_sql"}
+
+
+def _decimals(value: Any) -> int:
+    """The most decimals of any float in ``value``."""
+    if isinstance(value, float):
+        text = repr(value)
+        return len(text.split(".")[1]) if "." in text and "e" not in text else 0
+    if isinstance(value, dict):
+        return max((_decimals(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return max((_decimals(v) for v in value), default=0)
+    return 0
+
+
+def test_search_annotations_and_short_results(tmp_path: Path) -> None:
+    with Engine(data_dir=None, embedder="hash") as ref:  # the library on the same messages
+        ref.ingest("s1", topic_messages())
+        expected = ref.search("s1", "How much is a piano lesson?", 5)["turn_no"].to_list()
+
+    async def body(session: ClientSession, call: Call) -> None:
+        listed = await session.list_tools()
+        # every tool says whether it only reads, may destroy, can be repeated
+        for tool in listed.tools:
+            a = tool.annotations
+            assert a is not None, tool.name
+            assert None not in (a.read_only_hint, a.destructive_hint, a.idempotent_hint), tool.name
+            assert a.read_only_hint == (tool.name in READ_ONLY), tool.name
+            assert a.destructive_hint == (tool.name in {"cce_forget_memory",
+                                                        "cce_export_session"}), tool.name
+            assert "title" not in json.dumps(tool.input_schema), tool.name
+            assert len(tool.description or "") <= 90, tool.name
+        # 13 tools in 8,775 characters (2026-12-01; 12 tools took 9,824 before)
+        assert len(listed.model_dump_json(by_alias=True, exclude_none=True)) < 9_000
+        err, out = await call("cce_ingest_history", {"session_id": "s1",
+                                                     "messages": jmsgs(topic_messages())})
+        assert not err, out
+
+        # the context as text by default; numbers beside it, scores only with explain
+        res = await session.call_tool("cce_retrieve_context", {
+            "session_id": "s1", "query": "How much is a piano lesson?", "max_tokens": 120})
+        assert not res.is_error
+        text = "".join(getattr(c, "text", "") for c in res.content)
+        data = res.structured_content
+        assert data is not None
+        assert text == data["context"]
+        assert "thirty dollars" in text
+        assert set(data) == {"context", "tokens", "full_tokens", "pin_tokens", "tokens_saved",
+                             "verbatim"}
+        assert data["tokens"] <= 120
+        res = await session.call_tool("cce_retrieve_context", {
+            "session_id": "s1", "query": "How much is a piano lesson?", "max_tokens": 120,
+            "explain": True})
+        full = json.loads("".join(getattr(c, "text", "") for c in res.content))
+        assert full == res.structured_content
+        assert full["context"] == text
+        assert full["notes"]
+        assert full["explain"]["hits"]
+        assert 0 < _decimals(full) <= 4
+
+        # search: the library's ranking, scores rounded
+        err, out = await call("cce_search", {"session_id": "s1", "query": "How much is a piano "
+                                             "lesson?", "k": 5})
+        assert not err, out
+        assert [h["turn_no"] for h in out["hits"]] == expected
+        assert [h["rank"] for h in out["hits"]] == [1, 2, 3, 4, 5]
+        assert any("thirty dollars" in h["content"] for h in out["hits"])
+        assert 0 < _decimals(out) <= 4
+        err, out = await call("cce_search", {"session_id": "s1", "query": "budget", "k": 20,
+                                             "until": "2024-05-02T23:59:59"})
+        assert sorted(h["turn_no"] for h in out["hits"]) == list(range(8))
+        err, stats = await call("cce_session_stats", {"session_id": "s1"})
+        assert stats["turns"] == 20  # searching stored nothing
+
+    run_client(tmp_path / "data", tmp_path, body)

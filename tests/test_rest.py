@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,6 +135,48 @@ def test_keys_limit_sessions(rest: TestClient) -> None:
     assert rest.post("/v1/admin/sql", json=sql, headers=k("admin")).json()["rows"] == [[2]]
 
 
+def test_search_ranks_turns_as_the_library_does(rest: TestClient, engine: Engine) -> None:
+    assert rest.post("/v1/sessions/user-1/messages", json={"messages": topics_json()},
+                     headers=k("k1")).status_code == 200
+    r = rest.post("/v1/sessions/user-1/search", json={"query": "How much is a piano lesson?",
+                                                      "k": 5}, headers=k("k1"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["session_id"] == "user-1"
+    hits = body["hits"]
+    expected = engine.search("user-1", "How much is a piano lesson?", 5)
+    assert [h["turn_no"] for h in hits] == expected["turn_no"].to_list()
+    assert [h["rank"] for h in hits] == [1, 2, 3, 4, 5]
+    assert [h["fused"] for h in hits] == sorted((h["fused"] for h in hits), reverse=True)
+    assert {16, 17, 18, 19} == {h["turn_no"] for h in hits[:4]}  # the piano-lesson topic
+    assert any("thirty dollars" in h["content"] for h in hits)
+    assert {"dense", "bm25", "recency", "fused", "ts", "role", "note_id"} <= set(hits[0])
+    # the time and turn windows
+    late = rest.post("/v1/sessions/user-1/search", headers=k("k1"), json={
+        "query": "budget migration piano", "k": 20, "last_turns": 4}).json()["hits"]
+    assert sorted(h["turn_no"] for h in late) == [16, 17, 18, 19]
+    early = rest.post("/v1/sessions/user-1/search", headers=k("k1"), json={
+        "query": "budget migration piano", "k": 20, "until": "2024-05-02T23:59:59"}).json()["hits"]
+    assert sorted(h["turn_no"] for h in early) == list(range(8))
+    # another key's session is refused whether it exists or not
+    assert rest.post("/v1/sessions/user-1/search", json={"query": "piano"},
+                     headers=k("k2")).status_code == 403
+
+
+def test_docs_assets_are_served_by_the_app(rest: TestClient) -> None:
+    for page in ("/docs", "/redoc"):
+        html = rest.get(page)
+        assert html.status_code == 200
+        assert "cdn" not in html.text.lower()
+        assets = re.findall(r'(?:src|href)="([^"]+)"', html.text)
+        assert assets, page
+        for url in assets:
+            assert url.startswith("/"), url  # nothing from another host
+            res = rest.get(url)
+            assert res.status_code == 200, url
+            assert len(res.content) > 1000, url
+
+
 def test_health_docs_cors_without_key(rest: TestClient) -> None:
     assert rest.get("/health").json()["status"] == "ok"
     assert rest.get("/docs").status_code == 200
@@ -177,6 +220,17 @@ def test_burst_of_bad_requests_changes_nothing(rest: TestClient, engine: Engine)
         ("get", "/v1/sessions/user-2/stats", None, 404),
         ("post", "/v1/sessions/user-2/close", None, 404),
         ("post", "/v1/compress", {"messages": [], "query": "x"}, 422),
+        ("post", "/v1/sessions/user-1/search", {"query": ""}, 422),
+        ("post", "/v1/sessions/user-1/search", {"query": "x", "k": 0}, 422),
+        ("post", "/v1/sessions/user-1/search", {"query": "x", "k": "many"}, 422),
+        ("post", "/v1/sessions/user-1/search", {"query": "x", "extra": 1}, 422),
+        ("post", "/v1/sessions/user-1/search", {"query": "x", "last_turns": 0}, 422),
+        ("post", "/v1/sessions/user-1/search", {"query": "x", "until": "soon"}, 400),
+        ("post", "/v1/sessions/user-1/search",
+         {"query": "x", "since": "2024-05-05", "until": "2024-05-01"}, 400),
+        ("post", "/v1/sessions/user-1/search", {"query": "   "}, 400),
+        ("post", "/v1/sessions/user-2/search", {"query": "x"}, 404),
+        ("post", "/v1/sessions/team-x/search", {"query": "x"}, 403),
     ]
     for method, url, body, status in bad:
         kw: dict[str, Any] = {"headers": h}

@@ -55,6 +55,7 @@ class Arena:
 def make_arena(root: Path) -> Arena:
     arena = Arena(root, root / "data", root / "other", root / "outside")
     plant_secrets(arena.out)
+    plant_secrets(root / "data-evil")
     with Engine(data_dir=arena.other, embedder="hash") as other:
         other.add_message("x", "user", f"the other folder's secret is {OTHER_SECRET}")
     with Engine(data_dir=arena.data, embedder="hash") as eng:
@@ -138,6 +139,22 @@ def test_refusals_name_the_reason(arena: Arena) -> None:
         assert "exactly one statement, not 2" in refusal("SELECT 1; DELETE FROM turns")
 
 
+def test_read_only_transaction_is_a_second_wall(arena: Arena, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """With the function check switched off, a write that gets through is still refused by
+    DuckDB's read-only transaction, and the sequence does not move."""
+    from cce_duck import sandbox
+
+    monkeypatch.setattr(sandbox, "REFUSED_FUNCTIONS", frozenset())
+    before = memory(arena.data)
+    with Engine(data_dir=arena.data, embedder="hash") as eng:
+        for sql in ("SELECT nextval('note_ids')", "SELECT nextval('pin_ids') FROM turns"):
+            with pytest.raises(SandboxError, match="read-only mode"):
+                read_only_query(eng, sql)
+        assert read_only_query(eng, "SELECT count(*) AS n FROM turns")["n"].item() == 20
+    assert memory(arena.data) == before
+
+
 def test_reads_and_macros_work_in_the_sandbox(arena: Arena) -> None:
     with Engine(data_dir=arena.data, embedder="hash") as eng:
         frames = [read_only_query(eng, sql) for sql in arena.reads()]
@@ -199,6 +216,19 @@ def test_in_memory_engine_has_no_file_access(tmp_path: Path) -> None:
     assert not (tmp_path / "m.csv").exists()
 
 
+def test_spill_directory_stays_usable_inside_the_folder(tmp_path: Path) -> None:
+    """A query larger than DuckDB's memory limit spills into the folder's own temp directory
+    under the seal; an in-memory engine (no spill directory at all) runs out of memory."""
+    big = "SELECT count(*) AS n FROM (SELECT DISTINCT md5(range::VARCHAR) FROM range(2000000))"
+    with Engine(data_dir=tmp_path / "data", embedder="hash", duckdb_memory_mb=64) as eng:
+        assert read_only_query(eng, big)["n"].item() == 2_000_000
+        tmp = eng.sql("SELECT current_setting('temp_directory') AS t")["t"].item()
+        assert Path(tmp).parent == (tmp_path / "data").resolve()
+    with Engine(data_dir=None, embedder="hash", duckdb_memory_mb=64) as eng, \
+            pytest.raises(ValidationError, match="Out of Memory"):
+        read_only_query(eng, big)
+
+
 def test_encrypted_folder_is_sealed_after_httpfs(tmp_path: Path) -> None:
     arena = make_arena(tmp_path / "plain")  # the secrets and the other folder
     data = tmp_path / "enc"
@@ -210,6 +240,13 @@ def test_encrypted_folder_is_sealed_after_httpfs(tmp_path: Path) -> None:
             with pytest.raises(SandboxError):
                 read_only_query(eng, arena.fill(sql))
         assert read_only_query(eng, "SELECT count(*) AS n FROM turns")["n"].item() == 20
+        assert eng.store.folder_key is not None
+        key = eng.store.folder_key.database_key
+        for sql in ("SELECT * FROM duckdb_databases()", "SELECT * FROM duckdb_settings()",
+                    "SELECT * FROM pragma_database_list", "SELECT * FROM duckdb_logs()"):
+            text = str(read_only_query(eng, sql).rows())
+            assert key not in text  # the database key is in no catalog answer
+            assert "pass phrase" not in text
         eng.forget(SID, turns=(0, 1))  # the rewrite ATTACHes an encrypted file in the folder
         assert read_only_query(eng, "SELECT count(*) AS n FROM turns")["n"].item() < 20
     assert not (arena.out / "leak2.csv").exists()

@@ -19,6 +19,7 @@ from cce_duck.cli.common import EmbedderOpt, app
 from cce_duck.cli.output import console, plural, print_frame, say
 from cce_duck.config import Config
 from cce_duck.engine import Engine
+from cce_duck.errors import NotFoundError
 
 __all__ = ["app", "main"]
 
@@ -30,6 +31,15 @@ from cce_duck.cli import reading as _reading  # noqa: F401
 from cce_duck.cli import serve as _serve  # noqa: F401
 from cce_duck.cli import shell as _shell  # noqa: F401
 from cce_duck.cli import writing as _writing  # noqa: F401
+
+
+def _stored_turns(eng: Engine, session_id: str) -> int:
+    """Turns already stored in the session (0 for a new one), so a kept demo folder is not
+    filled twice."""
+    try:
+        return int(eng.stats(session_id).item(0, "turns"))
+    except NotFoundError:
+        return 0
 
 
 @app.command()
@@ -52,9 +62,12 @@ def demo(
         cfg = Config.from_env(embedder=embedder).with_(data_dir=data_dir, hot_tier_max_turns=4)
         with Engine(cfg) as eng:
             sid = sample["session_id"]
-            for m in track(sample["messages"], description="ingesting one message at a time",
-                           console=console):
-                eng.add_messages(sid, [m])
+            if _stored_turns(eng, sid) >= len(sample["messages"]):
+                say(f"the sample is already in {data_dir}: showing it again", "dim")
+            else:
+                for m in track(sample["messages"], description="ingesting one message at a time",
+                               console=console):
+                    eng.add_messages(sid, [m])
             q = question or sample["question"]
             stats = eng.stats(sid).to_dicts()[0]
             payload = eng.context(sid, q, max_tokens=max_tokens)

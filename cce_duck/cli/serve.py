@@ -84,7 +84,7 @@ def mcp(data_dir: DataDir = None, embedder: EmbedderOpt = None) -> None:
 
 def mcp_main() -> None:
     """Entry point of the ``cce-mcp`` script: ``cce serve mcp`` with the folder of ``CCE_DATA_DIR``
-    (a missing 'server' extra is one line naming it, not a traceback; a process cce_duck owns:
-    the allocator is tuned)."""
+    (a missing 'server' extra is one line naming it, not a traceback; a process cce_duck owns: the
+    allocator is tuned)."""
     tune_owned_process()
     typer.main.get_command(app).main(["serve", "mcp"], prog_name="cce-mcp")

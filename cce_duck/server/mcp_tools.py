@@ -1,16 +1,21 @@
 """MCP server over stdio (``cce serve mcp`` or ``cce-mcp``), built on the official ``mcp`` SDK.
 
 Each tool validates its arguments (unknown fields and bad values are a tool error, not a crash),
-calls one library function and returns JSON-ready data.
+calls one library function and returns JSON-ready data. What a model reads is kept short: tool
+descriptions of one line, input schemas without generated titles, annotations telling clients
+which tools only read; ``cce_retrieve_context`` answers with the context text itself, scores
+(rounded) only with ``explain``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict, Field
 
 from cce_duck import __version__, pipeline
@@ -25,18 +30,29 @@ __all__ = ["build_server", "run_stdio"]
 
 T = TypeVar("T")
 
-SessionId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$",
-                                 description="Session id: 1-64 of A-Z a-z 0-9 _ . -")]
+SessionId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 Text = Annotated[str, Field(min_length=1, max_length=1_000_000)]
 Time = Annotated[str | None, Field(None, max_length=64, description="ISO-8601 date/time")]
 Role = Literal["system", "user", "assistant", "tool"]
 Budget = Annotated[int | None, Field(None, gt=0, le=1_000_000, description="Token cap")]
+Turns = Annotated[int | None, Field(None, gt=0, description="Only the last N turns")]
 
 INSTRUCTIONS = (
     "Long-term memory for this conversation. Store each turn with cce_ingest_turn (or a whole "
     "history with cce_ingest_history); before answering, call cce_retrieve_context with the "
-    "user's question to get the relevant notes and recent turns under a token cap."
+    "user's question: it returns what to read, under a token cap and never more than the "
+    "history. cce_search lists the best-matching turns with their scores."
 )
+
+#: Tool annotations (hints for clients: nothing here reaches outside the memory).
+READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                       open_world_hint=False)
+ADD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                      open_world_hint=False)
+STORE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                        open_world_hint=False)
+ERASE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                        open_world_hint=False)
 
 
 class _Engine(Serialized):
@@ -50,12 +66,51 @@ class _Engine(Serialized):
 
 
 def _strict(server: MCPServer[Any]) -> None:
-    """Make every tool refuse unknown arguments (the SDK ignores them by default)."""
+    """Make every tool refuse unknown arguments (the SDK ignores them by default), and list its
+    schemas compactly."""
     for tool in server._tool_manager.list_tools():
         base = tool.fn_metadata.arg_model
         config = ConfigDict(**{**base.model_config, "extra": "forbid"})
         tool.fn_metadata.arg_model = type(base.__name__, (base,), {"model_config": config})
+        tool.parameters = _compact(tool.parameters)
         tool.parameters["additionalProperties"] = False
+        if tool.output_schema is not None:
+            tool.output_schema = _compact(tool.output_schema)
+
+
+def _compact(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON schema without pydantic's generated titles; an optional argument (default null) is
+    listed as its type alone (it may still be sent as null)."""
+    out: dict[str, Any] = {k: v for k, v in schema.items() if k != "title"}
+    props = out.get("properties")
+    if isinstance(props, dict):
+        compacted = {}
+        for name, prop in props.items():
+            prop = {k: v for k, v in prop.items() if k != "title"}
+            kinds = prop.get("anyOf")
+            if prop.get("default", 0) is None and isinstance(kinds, list) and len(kinds) == 2 \
+                    and {"type": "null"} in kinds:
+                rest = prop.pop("anyOf")
+                prop.pop("default")
+                prop = {**next(k for k in rest if k != {"type": "null"}), **prop}
+            compacted[name] = _compact(prop) if "properties" in prop else prop
+        out["properties"] = compacted
+    if isinstance(out.get("$defs"), dict):
+        out["$defs"] = {k: _compact(v) for k, v in out["$defs"].items()}
+    if isinstance(out.get("items"), dict):
+        out["items"] = _compact(out["items"])
+    return out
+
+
+def _rounded(value: Any, digits: int = 4) -> Any:
+    """JSON-ready ``value`` with floats rounded (scores read by a model need no 16 digits)."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v, digits) for v in value]
+    return value
 
 
 def build_server(engine: Engine) -> MCPServer[Any]:
@@ -64,73 +119,91 @@ def build_server(engine: Engine) -> MCPServer[Any]:
     eng = _Engine(engine)
     e = engine
 
-    @server.tool()
+    @server.tool(annotations=ADD)
     def cce_ingest_turn(session_id: SessionId, role: Role, content: Text, timestamp: Time = None,
-                        name: Annotated[str | None, Field(None, max_length=128)] = None
+                        name: Annotated[str | None, Field(None, max_length=128)] = None,
+                        id: Annotated[str | None, Field(None, min_length=1, max_length=128)] = None
                         ) -> dict[str, Any]:
-        """Store one message (role: user, assistant, system or tool); returns its turn number."""
-        turn = eng.call(e.add_message, session_id, role, content, timestamp, name)
+        """Store one message; returns its turn number. With ``id`` (the client's message id) a
+        retry stores nothing twice and returns the same number."""
+        turn = eng.call(e.add_message, session_id, role, content, timestamp, name, message_id=id)
         return {"session_id": session_id, "turn": turn}
 
-    @server.tool()
+    @server.tool(annotations=STORE)
     def cce_ingest_history(session_id: SessionId,
                            messages: Annotated[list[MessageIn], Field(min_length=1, max_length=10_000)]
                            ) -> dict[str, Any]:
-        """Store a whole history at once (idempotent: messages already stored are skipped)."""
+        """Store a whole history (messages already stored are skipped)."""
         msgs = [m.model_dump(exclude_none=True) for m in messages]
         turns = eng.call(e.ingest, session_id, msgs)
         return {"session_id": session_id, "stored_turns": turns}
 
-    @server.tool()
+    @server.tool(annotations=READ)
     def cce_retrieve_context(session_id: SessionId, query: Text, max_tokens: Budget = None,
                              top_k: Annotated[int | None, Field(None, gt=0, le=1000)] = None,
-                             since: Time = None, until: Time = None,
-                             last_turns: Annotated[int | None, Field(None, gt=0)] = None,
-                             explain: bool = False) -> dict[str, Any]:
-        """The token-capped context for the question about to be answered: notes, quotes, recent turns."""
+                             since: Time = None, until: Time = None, last_turns: Turns = None,
+                             explain: Annotated[bool, Field(description="Add notes, scores and "
+                                                            "the budget split")] = False
+                             ) -> CallToolResult:
+        """The context to read before answering the question (the text; JSON with explain)."""
         payload = eng.call(e.context, session_id, query, max_tokens=max_tokens, top_k=top_k,
                            since=since, until=until, last_turns=last_turns, explain=explain)
-        out = {"context": payload.to_string(), "tokens": payload.tokens,
-               "full_tokens": payload.full_tokens, "pin_tokens": payload.pin_tokens,
-               "tokens_saved": payload.tokens_saved, "notes": payload.to_dict()["notes"]}
-        if explain:
-            out["explain"] = payload.to_dict()["explain"]
-        return out
+        out: dict[str, Any] = {"context": payload.to_string(), "tokens": payload.tokens,
+                               "full_tokens": payload.full_tokens,
+                               "pin_tokens": payload.pin_tokens,
+                               "tokens_saved": payload.tokens_saved, "verbatim": payload.verbatim}
+        if not explain:
+            return CallToolResult(content=[TextContent(type="text", text=out["context"])],
+                                  structured_content=out)
+        d = payload.to_dict()
+        out = _rounded({**out, "notes": d["notes"], "explain": d["explain"]})
+        return CallToolResult(content=[TextContent(type="text", text=json.dumps(out))],
+                              structured_content=out)
 
-    @server.tool()
+    @server.tool(annotations=READ)
+    def cce_search(session_id: SessionId, query: Text,
+                   k: Annotated[int, Field(gt=0, le=1000, description="How many turns")] = 10,
+                   since: Time = None, until: Time = None, last_turns: Turns = None
+                   ) -> dict[str, Any]:
+        """The turns that best match a query, best first, with their scores and text."""
+        hits = eng.call(e.search, session_id, query, k, since=since, until=until,
+                        last_turns=last_turns)
+        return {"session_id": session_id, "hits": _rounded(_jsonable(hits.to_dicts()))}
+
+    @server.tool(annotations=READ)
     def cce_summarize_session(session_id: SessionId) -> dict[str, Any]:
-        """The session's topics in order, and its summary once it is closed."""
+        """The session's topics in order, and its summary once closed."""
         return eng.call(e.outline, session_id)
 
-    @server.tool()
+    @server.tool(annotations=READ)
     def cce_session_stats(session_id: SessionId) -> dict[str, Any]:
         """Sizes, tiers and compression of one session."""
         rows: list[dict[str, Any]] = eng.call(e.stats, session_id).to_dicts()
         return _jsonable(rows[0]) if rows else {"session_id": session_id}
 
-    @server.tool()
+    @server.tool(annotations=STORE)
     def cce_close_session(session_id: SessionId) -> dict[str, Any]:
-        """Compress what is pending, write the session summary and close the session."""
+        """Compress what is pending, summarise and close the session."""
         return {"session_id": session_id, "summary": eng.call(e.close_session, session_id)}
 
-    @server.tool()
+    @server.tool(annotations=READ)
     def cce_list_sessions() -> dict[str, Any]:
         """Every session with its turn and note counts."""
         return {"sessions": _jsonable(eng.call(e.sessions).to_dicts())}
 
-    @server.tool()
+    @server.tool(annotations=READ)
     def cce_stateless_compress(messages: Annotated[list[MessageIn], Field(min_length=1,
                                                                           max_length=10_000)],
                                query: Text, max_tokens: Budget = None) -> dict[str, Any]:
-        """Compress a history for one question without storing anything."""
+        """Compress a history for one question; nothing is stored."""
         msgs = [m.model_dump(exclude_none=True) for m in messages]
         payload = eng.call(pipeline.compress, msgs, query, max_tokens)
         return {"context": payload.to_string(), "tokens": payload.tokens,
                 "full_tokens": payload.full_tokens, "messages": payload.to_messages()}
 
-    @server.tool()
+    @server.tool(annotations=READ)
     def cce_sql(sql: Annotated[str, Field(min_length=1, max_length=100_000)]) -> dict[str, Any]:
-        """One read-only SQL statement over the memory (macros such as cce_retrieve work)."""
+        """One read-only SQL statement (SELECT or EXPLAIN), sandboxed to the memory's tables."""
         df = eng.call(read_only_query, e, sql)
         return {"columns": df.columns, "rows": _jsonable([list(r) for r in df.rows()])}
 
@@ -142,23 +215,20 @@ def build_server(engine: Engine) -> MCPServer[Any]:
 def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
     """Pins, forgetting and export."""
 
-    @server.tool()
+    @server.tool(annotations=ADD)
     def cce_pin_memory(session_id: SessionId,
                        text: Annotated[str | None, Field(None, min_length=1, max_length=100_000)] = None,
                        turn: Annotated[int | None, Field(None, ge=0)] = None) -> dict[str, Any]:
-        """Pin a text (or a stored turn by number): it is kept first in every context of the session."""
+        """Pin a text (or a stored turn): kept first in every context of the session."""
         return {"session_id": session_id, "pin_id": eng.call(e.pin, session_id, text, turn=turn)}
 
-    @server.tool()
+    @server.tool(annotations=ERASE)
     def cce_forget_memory(session_id: SessionId,
                           note_id: Annotated[int | None, Field(None, ge=0)] = None,
                           start: Annotated[int | None, Field(None, ge=0)] = None,
                           end: Annotated[int | None, Field(None, ge=0)] = None,
                           confirm: bool = False) -> dict[str, Any]:
-        """Forget a note (note_id) or a turn range (start..end, inclusive) for good.
-
-        Without confirm=true nothing is removed: the tool fails and lists what would be.
-        """
+        """Forget a note or turns start..end for good (without confirm: only say what)."""
         turns = None if start is None and end is None else (start, end)
         deleted = eng.call(e.forget, session_id, note_id=note_id, turns=turns, dry_run=not confirm)
         if not confirm:
@@ -166,15 +236,15 @@ def _manage_tools(server: MCPServer[Any], eng: _Engine, e: Engine) -> None:
             raise ToolError(f"nothing forgotten: call again with confirm=true to remove {what}")
         return {"session_id": session_id, "deleted": deleted}
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                             idempotent_hint=True, open_world_hint=False))
     def cce_export_session(session_id: SessionId,
                            path: Annotated[str | None, Field(
                                None, min_length=1, max_length=4096,
                                description="Write here instead: a name inside the export folder "
                                            "the user set (CCE_EXPORT_DIR)")] = None,
                            format: Literal["json", "parquet"] = "json") -> dict[str, Any]:
-        """Export a session: returned as JSON (turns, notes, pins, summary), or written to path
-        inside the user's export folder (json file, or a folder of Parquet files with vectors)."""
+        """Export a session as JSON, or write it to path in the export folder (json, Parquet)."""
         if path is None:
             if format != "json":
                 raise ToolError("format parquet needs a path")

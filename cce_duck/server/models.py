@@ -15,6 +15,7 @@ __all__ = [
     "NotePatch",
     "PinIn",
     "PinUpdate",
+    "SearchIn",
     "SqlIn",
     "TurnPatch",
 ]
@@ -37,6 +38,9 @@ class MessageIn(_Strict):
     content: str = Field(min_length=1, max_length=MAX_TEXT)
     timestamp: str | None = Field(None, max_length=64, description="ISO-8601 time (default: now)")
     name: str | None = Field(None, max_length=128, description="Speaker's display name")
+    id: str | None = Field(None, min_length=1, max_length=128,
+                           description="Client's id of the message: a retry with the same id "
+                           "stores nothing twice and returns the same turn number")
 
 
 class MessagesIn(_Strict):
@@ -55,6 +59,16 @@ class ContextIn(_Strict):
     until: str | None = Field(None, max_length=64, description="ISO-8601 end of the time window")
     last_turns: int | None = Field(None, gt=0, le=10_000_000)
     explain: bool = False
+
+
+class SearchIn(_Strict):
+    """A search: the best-ranked turns for a query, inside an optional time/turn window."""
+
+    query: str = Field(min_length=1, max_length=MAX_TEXT)
+    k: int = Field(10, gt=0, le=1000, description="How many turns")
+    since: str | None = Field(None, max_length=64, description="ISO-8601 start of the time window")
+    until: str | None = Field(None, max_length=64, description="ISO-8601 end of the time window")
+    last_turns: int | None = Field(None, gt=0, le=10_000_000)
 
 
 class CompressIn(_Strict):

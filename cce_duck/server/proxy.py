@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from cce_duck import __version__
@@ -52,8 +53,9 @@ def create_proxy(engine: Engine, upstream: str, keys: KeyRing | None = None, *,
         raise ValidationError(f"upstream must be an http(s) URL, not {upstream!r}")
     base = upstream.rstrip("/")
     guard = Guard(engine, keys if keys is not None else KeyRing.from_env())
-    app = FastAPI(title="cce_duck proxy", version=__version__,
-                  description="OpenAI-compatible proxy that trims long chats with cce_duck memory.")
+    app: FastAPI = FastAPIOffline(
+        title="cce_duck proxy", version=__version__,
+        description="OpenAI-compatible proxy that trims long chats with cce_duck memory.")
     install_error_handlers(app)
 
     async def unreachable(_: Request, exc: Exception) -> Response:

@@ -1,6 +1,6 @@
 """REST adapter (FastAPI): ``cce serve rest`` — every route parses, calls one library function, formats.
 
-OpenAPI docs at ``/docs``. Keys: see :mod:`cce_duck.server.keys`; errors: see
+OpenAPI docs at ``/docs`` (and ``/redoc``), served offline. Keys: see :mod:`cce_duck.server.keys`; errors: see
 :mod:`cce_duck.server.http`.
 """
 
@@ -11,15 +11,16 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 
 from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
 from cce_duck.engine import Engine
 from cce_duck.server import manage_routes
 from cce_duck.server.deps import G, Sid, Who, frame_rows
-from cce_duck.server.http import BodyLimit, Guard, install_error_handlers
+from cce_duck.server.http import BodyLimit, Guard, error_response, install_error_handlers
 from cce_duck.server.keys import KeyRing
-from cce_duck.server.models import CompressIn, ContextIn, MessagesIn, SqlIn
+from cce_duck.server.models import CompressIn, ContextIn, MessagesIn, SearchIn, SqlIn
 
 __all__ = ["create_app", "router"]
 
@@ -56,6 +57,14 @@ def context(sid: Sid, body: ContextIn, g: G) -> dict[str, Any]:
     return payload.to_dict()
 
 
+@router.post("/sessions/{session_id}/search", tags=["sessions"])
+def search(sid: Sid, body: SearchIn, g: G) -> dict[str, Any]:
+    """The best-ranked turns for ``query`` with their scores and text, best first."""
+    hits = g.call(g.engine.search, sid, body.query, body.k, since=body.since, until=body.until,
+                  last_turns=body.last_turns)
+    return {"session_id": sid, "hits": frame_rows(hits)}
+
+
 @router.get("/sessions/{session_id}/summary", tags=["sessions"])
 def summary(sid: Sid, g: G) -> dict[str, Any]:
     """The cold-tier summary of a closed session (``null`` while it is open)."""
@@ -83,28 +92,36 @@ def delete_session(sid: Sid, g: G) -> dict[str, Any]:
 
 @router.post("/admin/sql", tags=["admin"])
 def sql(body: SqlIn, g: G, who: Who) -> dict[str, Any]:
-    """One read-only SQL statement over the store (admin keys only); used by ``cce sql``."""
+    """One read-only SQL statement over the store (admin keys only), in the SQL sandbox (see
+    docs/security.md); used by ``cce sql``."""
     who.require_admin()
     df = g.call(read_only_query, g.engine, body.sql)
     return {"columns": df.columns, "types": [str(t) for t in df.dtypes], "rows": df.rows()}
 
 
-def _health(request: Request) -> dict[str, Any]:
+def _health(request: Request) -> Any:
     g: Guard = request.app.state.guard
+    failure = g.engine.storage_error and g.call(g.engine.check_storage)
+    if failure is not None:  # 503: the server is up, its store is not
+        return error_response(503, "storage_failing", str(failure), version=__version__,
+                              recoverable=failure.recoverable)
     return {"status": "ok", "version": __version__, "embedder": g.engine.embedder_name}
 
 
 def create_app(engine: Engine, keys: KeyRing | None = None, *, cors_origins: list[str] | None = None,
                max_body: int | None = None) -> FastAPI:
     """The REST app over an open engine (the caller owns and closes the engine)."""
-    app = FastAPI(title="cce_duck", version=__version__,
-                  description="Memory for AI assistants on DuckDB: sessions, context, management.")
+    # /docs and /redoc load their scripts and styles from an installed package, not a CDN
+    app: FastAPI = FastAPIOffline(
+        title="cce_duck", version=__version__,
+        description="Memory for AI assistants on DuckDB: sessions, context, management.")
     app.state.guard = Guard(engine, keys if keys is not None else KeyRing.from_env())
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(manage_routes.router)
     app.add_api_route("/health", _health, methods=["GET"], tags=["health"],
-                      summary="Liveness, version and embedder (no key needed)")
+                      summary="Liveness, version and embedder (no key needed); 503 while the "
+                      "store is failing (a full disk), with the cause")
     origins = cors_origins if cors_origins is not None else [
         o.strip() for o in os.environ.get("CCE_CORS_ORIGINS", "").split(",") if o.strip()]
     if origins:

@@ -13,6 +13,7 @@ const IMPORT = /^import\s*\{([^}]*)\}\s*from\s*"(\.\/[\w.-]+\.js)";\s*$/gm;
 const REEXPORT = /^export\s*\{([^}]*)\}\s*from\s*"(\.\/[\w.-]+\.js)";\s*$/gm;
 const DECL = /^export\s+(?:async\s+)?(function|class|const|let)\s+([A-Za-z_$][\w$]*)/gm;
 const LIST = /^export\s*\{([^}]*)\};\s*$/gm;
+const JSON_IMPORT = /^import\s+([A-Za-z_$][\w$]*)\s+from\s*"\.\/([\w.-]+\.json)"\s+with\s*\{\s*type:\s*"json"\s*\};\s*$/gm;
 
 const names = (list) => list.split(",").map((s) => s.trim()).filter(Boolean).map((s) => {
   const [from, as] = s.split(/\s+as\s+/);
@@ -37,6 +38,9 @@ function order(entry) {
 function wrap(file) {
   let src = fs.readFileSync(path.join(root, "src", file), "utf8");
   const exported = [];
+  // a JSON module (the ranking specification) is inlined as a constant
+  src = src.replace(JSON_IMPORT, (_, name, json) => `const ${name} = ${JSON.stringify(
+    JSON.parse(fs.readFileSync(path.join(root, "src", json), "utf8")))};`);
   src = src.replace(REEXPORT, (_, list, dep) => {
     for (const n of names(list)) exported.push(`${n.as}: __m[${JSON.stringify(dep)}].${n.from}`);
     return "";

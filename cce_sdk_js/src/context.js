@@ -12,10 +12,6 @@ const QUOTE_MAX_TOKENS = 120;
 const QUOTES_PER_NOTE = 6;
 const WORD_CHAR = /[\p{L}\p{N}_]/u;
 const HITS_PER_NOTE = 8; // turns retrieved per note allowed, so a full budget has candidates to spare
-// Conversation-aware re-ranking of the hits (see `rerank`):
-const REPLY_SHARE = 0.5; // a reply inherits this share of the score of the question right before it
-const OTHER_SPEAKER = 0.7; // score factor of turns by others when the question names one speaker
-const TERMS_HALF_WEIGHT = 3; // a turn with this many terms weighs half (see `rerank`)
 const OVERVIEW = new RegExp(
   "\\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
   + "|what (topics|subjects)|summari[sz]e (our|the|this) (conversation|chat|discussion)"
@@ -194,8 +190,7 @@ export function buildContext(engine, s, req, explain) {
     ({ chosen, dropped, memoryPaid } = overviewNotes(s, budget, memoryPaid, memoryOverhead));
   } else if (req.query.trim()) {
     hits = engine.retrieve(s.id, req.query, { k: HITS_PER_NOTE * req.topK, since: req.since, until: req.until,
-      lastTurns: req.lastTurns, beforeTurn: firstVerbatim, replies: true });
-    hits = rerank(hits, req.query, s.turns.map((t) => t.speaker));
+      lastTurns: req.lastTurns, beforeTurn: firstVerbatim, conversation: true });
     ({ chosen, dropped, memoryPaid } = quotes(s, req, hits, budget, memoryPaid, memoryOverhead));
   }
 
@@ -239,31 +234,6 @@ export function buildContext(engine, s, req, explain) {
     if (note) note.retrievalCount += 1;
   }
   return payload;
-}
-
-/** Hits in conversation-aware order (cce_duck/context.py `rerank`): a reply inherits part of
- * the score of the question right before it; a question naming exactly one speaker weighs other
- * speakers' turns down; a turn with n terms weighs n / (n + TERMS_HALF_WEIGHT). Ties: the later
- * turn first; `rank` is renumbered. */
-export function rerank(hits, query, speakers) {
-  const byTurn = new Map(hits.map((h) => [h.turn_no, h]));
-  const named = new Set();
-  for (const sp of new Set(speakers)) {
-    if (!sp) continue;
-    const esc = sp.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    if (new RegExp(`(?<![\\p{L}\\p{N}])${esc}(?![\\p{L}\\p{N}])`, "iu").test(query)) named.add(sp);
-  }
-  for (const h of hits) {
-    let score = h.fused;
-    const prev = byTurn.get(h.turn_no - 1);
-    if (prev !== undefined && prev.asks) score += REPLY_SHARE * prev.fused;
-    if (named.size === 1 && !named.has(h.speaker)) score *= OTHER_SPEAKER;
-    score *= h.n_terms / (h.n_terms + TERMS_HALF_WEIGHT);
-    h.score = score;
-  }
-  const out = [...hits].sort((a, b) => b.score - a.score || b.turn_no - a.turn_no);
-  out.forEach((h, i) => { h.rank = i + 1; });
-  return out;
 }
 
 /** Some word of `content` lies outside the (ordered) sentence `spans`. */

@@ -7,7 +7,8 @@ import { buildContext } from "./context.js";
 import { ConflictError, NotFoundError, ValidationError } from "./errors.js";
 import { HashEmbedder, dequantize, quantize } from "./hash.js";
 import { parseMessages, parseTime, validateSessionId } from "./messages.js";
-import { dot, label, mesoSummary, micro, segment } from "./topics.js";
+import { SPEC, bm25Scores, denseScore, namedSpeakers, rank, storedTf } from "./ranking.js";
+import { label, mesoSummary, micro, segment } from "./topics.js";
 import { estimateTokens, isFiller, queryTerms, splitSentences, terms } from "./text.js";
 
 export const DEFAULTS = Object.freeze({
@@ -20,11 +21,12 @@ export const DEFAULTS = Object.freeze({
   minTopicTurns: 2,
   maxTopicTurns: 12,
   topicGapMinutes: 240,
-  recencyWeight: 0.05,
+  recencyWeight: SPEC.recency_weight,
   sentenceMinTokens: 24,
-  rrfK: 60,
+  rrfK: SPEC.rrf_k,
   flushEvery: 256,
   dim: 384,
+  embedder: null, // null: the hashing embedder of `dim`; else an object like HashEmbedder
 });
 
 function positiveInt(name, v) {
@@ -52,7 +54,7 @@ class LiteEngine {
     if (this.config.minTopicTurns > this.config.maxTopicTurns) {
       throw new ValidationError("minTopicTurns must not exceed maxTopicTurns");
     }
-    this.embedder = new HashEmbedder(this.config.dim);
+    this.embedder = this.config.embedder ?? new HashEmbedder(this.config.dim);
     this._sessions = new Map();
     this._buffer = [];
     this._nextNoteId = 1;
@@ -154,28 +156,30 @@ class LiteEngine {
     const words = [...terms(m.content), ...(m.speaker ? terms(m.speaker) : [])];
     const tf = new Map();
     for (const w of words) tf.set(w, (tf.get(w) ?? 0) + 1);
+    for (const [w, c] of tf) tf.set(w, storedTf(c));
     const tokens = estimateTokens(m.content);
     const sentences = splitSentences(m.content);
     // A long message's sentences get vectors of their own, pleasantries excepted.
     const kept = sentences.length > 1 && tokens >= this.config.sentenceMinTokens
       ? sentences.map((x, no) => ({ no, x })).filter(({ x }) => !isFiller(x.text)) : [];
     const spans = kept.map(({ x }) => [x.start, x.end]);
-    let vec;
+    let q8;
     let sents = [];
     // Embedded as "Speaker: text" (sentence spans shifted to match), like the BM25 terms.
     const prefix = m.speaker ? `${m.speaker}: ` : "";
     if (spans.length) {
       const { whole, parts } = this.embedder.embedSpans(prefix + m.content,
         spans.map(([a, b]) => [a + prefix.length, b + prefix.length]));
-      vec = dequantize(quantize(whole));
-      sents = spans.map(([a, b], j) => ({ sentNo: kept[j].no, start: a, end: b, vec: dequantize(quantize(parts[j])) }));
+      q8 = quantize(whole);
+      sents = spans.map(([a, b], j) => ({ sentNo: kept[j].no, start: a, end: b, q8: quantize(parts[j]) }));
     } else {
-      vec = dequantize(quantize(this.embedder.embed(prefix + m.content)));
+      q8 = quantize(this.embedder.embed(prefix + m.content));
     }
+    const vec = dequantize(q8); // stored int8 vectors, read back as float32 for topics
     const turn = {
       turnNo: n, role: m.role, speaker: m.speaker, content: m.content, ts: m.ts, tokens,
       nTerms: words.length, tf, hash: contentHash(m.role, m.content),
-      micro: micro({ role: m.role, speaker: m.speaker, content: m.content }), noteId: null, vec, sents,
+      micro: micro({ role: m.role, speaker: m.speaker, content: m.content }), noteId: null, vec, q8, sents,
     };
     s.turns.push(turn);
     s.byNo.set(n, turn);
@@ -253,9 +257,10 @@ class LiteEngine {
 
   // -- reading -------------------------------------------------------------------------------
 
-  /** Ranked stored turns for `query` with their scores (the cce_retrieve macro). */
+  /** Ranked stored turns for `query` with their scores (cce_duck/ranking.py, the cce_retrieve
+   * macro): the fused ranking, or with `conversation` the order a context is built from. */
   retrieve(sessionId, query, { k = 40, since = null, until = null, lastTurns = null, beforeTurn = null,
-    recencyWeight = this.config.recencyWeight, rrfK = this.config.rrfK, replies = false } = {}) {
+    recencyWeight = this.config.recencyWeight, rrfK = this.config.rrfK, conversation = false } = {}) {
     const s = this._existing(sessionId);
     const qv = this.embedder.embed(query);
     const qt = queryTerms(query);
@@ -263,49 +268,22 @@ class LiteEngine {
     const untilMs = until === null ? null : parseTime(until, "until");
     const cand = s.turns.filter((t) => (sinceMs === null || t.ts >= sinceMs) && (untilMs === null || t.ts <= untilMs)
       && (lastTurns === null || t.turnNo >= s.nextTurn - lastTurns) && (beforeTurn === null || t.turnNo < beforeTurn));
-    const nDocs = s.turns.length;
-    const avgdl = nDocs ? s.turns.reduce((a, t) => a + t.nTerms, 0) / nDocs : 0;
+    const postings = qt.map(([term, weight]) => [weight, new Map(s.turns.filter((t) => t.tf.has(term))
+      .map((t) => [t, t.tf.get(term)]))]);
+    const bm25 = bm25Scores(s.turns, postings);
     const scored = cand.map((t) => {
-      const md = dot(t.vec, qv);
-      let sd = null;
-      let bestSentence = null;
-      for (const x of t.sents) {
-        const d = dot(x.vec, qv);
-        if (sd === null || d > sd) { sd = d; bestSentence = x.sentNo; }
-      }
-      let bm25 = 0;
-      for (const [term, weight] of qt) {
-        const tf = t.tf.get(term);
-        if (!tf) continue;
-        const df = s.df.get(term) ?? 0;
-        bm25 += weight * Math.log(1 + (nDocs - df + 0.5) / (df + 0.5))
-          * Math.min(tf, 32767) * 2.2 / (Math.min(tf, 32767) + 1.2 * (0.25 + 0.75 * t.nTerms / Math.max(avgdl, 1)));
-      }
+      const { dense, bestSentence } = denseScore(t, qv);
       return { turn_no: t.turnNo, note_id: t.noteId, role: t.role, speaker: t.speaker, ts: t.ts,
-        dense: Math.max(md, sd ?? md), best_sentence: bestSentence, bm25,
+        dense, best_sentence: bestSentence, bm25: bm25.get(t),
         recency: (t.turnNo + 1) / Math.max(s.nextTurn, 1), asks: ASKS.test(t.content ?? ""),
         n_terms: t.nTerms };
     });
-    const byDense = [...scored].sort((a, b) => (b.dense + recencyWeight * b.recency) - (a.dense + recencyWeight * a.recency)
-      || b.turn_no - a.turn_no);
-    byDense.forEach((h, i) => { h.rDense = i + 1; });
-    const byBm = [...scored].sort((a, b) => b.bm25 - a.bm25 || b.turn_no - a.turn_no);
-    byBm.forEach((h, i) => { h.rBm25 = i + 1; });
-    for (const h of scored) h.fused = 1 / (rrfK + h.rDense) + (h.bm25 > 0 ? 1 / (rrfK + h.rBm25) : 0);
-    const position = new Map(scored.map((h, i) => [h, i])); // candidate order (turn order)
-    const inOrder = [...scored];
-    scored.sort((a, b) => b.fused - a.fused || b.turn_no - a.turn_no);
-    let top = scored.slice(0, k);
-    if (replies) { // the turn after each question among the hits, when it is not one already
-      const taken = new Set(top);
-      const extra = new Set();
-      for (const h of top) {
-        const nxt = inOrder[position.get(h) + 1];
-        if (h.asks && nxt && nxt.turn_no === h.turn_no + 1 && !taken.has(nxt)) extra.add(nxt);
-      }
-      top = top.concat([...extra].sort((a, b) => a.turn_no - b.turn_no));
-    }
-    return top.map(({ rDense, rBm25, ...h }, i) => ({ ...h, rank: i + 1 }));
+    const named = conversation ? namedSpeakers(qt.map(([t]) => t), this._speakerTerms(s)) : new Set();
+    return rank(scored, { k, recencyWeight, rrfK, conversation, named });
+  }
+
+  _speakerTerms(s) {
+    return new Map([...new Set(s.turns.map((t) => t.speaker))].filter(Boolean).map((sp) => [sp, terms(sp)]));
   }
 
   /** Ranked turns with their text (like Engine.search). */

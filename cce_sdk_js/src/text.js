@@ -1,6 +1,7 @@
 // Text primitives, ported from cce_duck/text.py: sentences with offsets, BM25 terms, question
 // terms and token estimates. Offsets are JavaScript string indices (UTF-16 code units).
 
+import { SPEC } from "./ranking.js";
 import { snowballEnglish } from "./snowball.js";
 
 export const STOPWORDS = new Set([
@@ -131,7 +132,8 @@ export function outsideSpans(text, spans) {
   return ends.map((e, i) => text.slice(e, starts[i]));
 }
 
-/** Distinct search terms of a question with weights (names, numbers, codes weigh 2). */
+/** Distinct search terms of a question with weights (names, numbers, codes weigh 2: the
+ * ranking specification's distinctive_term_weight). */
 export function queryTerms(query) {
   const seen = new Map();
   for (const m of query.normalize("NFKC").matchAll(WORD)) {
@@ -142,7 +144,7 @@ export function queryTerms(query) {
       || chars.filter((c) => UPPER.test(c)).length > 1;
     for (const [t, word] of termWords(raw)) {
       if (QUESTION_WORDS.has(word) || QUESTION_WORDS.has(t)) continue;
-      seen.set(t, Math.max(seen.get(t) ?? 0, distinctive ? 2 : 1));
+      seen.set(t, Math.max(seen.get(t) ?? 0, distinctive ? SPEC.distinctive_term_weight : SPEC.plain_term_weight));
     }
   }
   return [...seen.entries()];

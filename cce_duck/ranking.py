@@ -1,0 +1,241 @@
+"""The ranking of a session's stored turns, on arrays: its one definition.
+
+Every constant lives in ``sql/ranking_v1.json`` (shipped as ``cce_duck.sql``): this module reads
+it for the in-process index and the context builder, the ``cce_retrieve`` macro gets it
+substituted at install time (``@NAME@`` placeholders, see :func:`sql_values`) and the JavaScript
+lite engine imports the same file. Golden files generated from the macro prove the three agree
+(``tests/goldens/ranking.json``, ``benchmarks/ranking_goldens.py``).
+
+The order a context is built from, for one question:
+
+1. **dense**: the best of the message vector's and its sentence vectors' similarity to the
+   question. Stored vectors are int8 (``vector_scale`` times the unit vector); a similarity is
+   ``sum(int8 * query) / vector_scale`` in float64.
+2. **BM25** over the question's terms (distinctive ones weigh ``distinctive_term_weight``): per
+   term ``weight * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * n_terms / avgdl))`` with
+   ``idf = ln(1 + (n - df + 0.5) / (df + 0.5))`` and ``avgdl`` at least ``bm25_min_avgdl``, summed
+   in the question's term order. Stored term frequencies are capped at ``tf_cap`` when written.
+3. **fused**: reciprocal-rank fusion of the rank by ``dense + recency_weight * recency``
+   (``recency = (turn_no + 1) / next_turn``) and, for turns with a BM25 score, the rank by BM25;
+   ranks break ties by the later turn.
+4. the best ``k`` by fused score (ties: the later turn), then **replies**: the turn right after
+   each of those that asks (a question mark), when it is a candidate and not among them.
+5. **conversation score** of that list: a turn right after a listed turn that asks gains
+   ``reply_share`` of its fused score; when the question names exactly one speaker (all the
+   terms of the name are among the question's), others' turns weigh ``other_speaker``; a turn
+   with ``n`` terms weighs ``n / (n + terms_half_weight)``. Sorted by that score, ties: the
+   later turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from functools import cache
+from importlib.resources import files
+
+import numpy as np
+
+__all__ = [
+    "SPEC_FILE",
+    "Ranked",
+    "Spec",
+    "bm25_scores",
+    "conversation_scores",
+    "dense_scores",
+    "fuse",
+    "named_speakers",
+    "other_speakers",
+    "rank",
+    "spec",
+    "sql_values",
+    "stored_tf",
+]
+
+SPEC_FILE = "ranking_v1.json"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The constants of ``sql/ranking_v1.json`` (see the module docstring for their roles)."""
+
+    version: int
+    vector_scale: int
+    bm25_k1: float
+    bm25_b: float
+    bm25_min_avgdl: float
+    tf_cap: int
+    distinctive_term_weight: float
+    plain_term_weight: float
+    recency_weight: float
+    rrf_k: int
+    reply_share: float
+    other_speaker: float
+    terms_half_weight: float
+    sha256: str
+
+
+@cache
+def spec() -> Spec:
+    """The shipped ranking specification (read once)."""
+    raw = (files("cce_duck.sql") / SPEC_FILE).read_bytes()
+    doc = json.loads(raw)
+    names = [f.name for f in fields(Spec) if f.name != "sha256"]
+    missing = [n for n in names if n not in doc]
+    if missing:
+        raise RuntimeError(f"{SPEC_FILE} lacks {', '.join(missing)}")
+    if not 0 < doc["tf_cap"] <= 32767 or not 0 < doc["vector_scale"] <= 127:
+        raise RuntimeError(f"{SPEC_FILE}: tf_cap must fit a SMALLINT and vector_scale an int8")
+    return Spec(**{n: doc[n] for n in names}, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def sql_values() -> dict[str, str]:
+    """``@NAME@`` placeholder -> SQL literal of every constant (floats as DOUBLEs: DuckDB reads
+    ``0.05::DOUBLE`` as the same double as Python's ``0.05``)."""
+    s = spec()
+    out = {}
+    for f in fields(Spec):
+        v = getattr(s, f.name)
+        if f.name == "sha256":
+            continue
+        out[f"@{f.name.upper()}@"] = str(v) if isinstance(v, int) else f"{v!r}::DOUBLE"
+    return out
+
+
+def stored_tf(count: int) -> int:
+    """The term frequency stored for a term seen ``count`` times in a turn (the one place the
+    cap applies: scoring reads stored frequencies as they are)."""
+    return min(count, spec().tf_cap)
+
+
+def dense_scores(m_raw: np.ndarray, s_raw: np.ndarray, s_row: np.ndarray, s_no: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Dense score of each turn and its best sentence (-1: none).
+
+    ``m_raw`` (n,) and ``s_raw`` (m,) are the float64 sums ``int8 vector . query`` of the message
+    and sentence vectors; sentence ``j`` belongs to turn row ``s_row[j]`` (ascending, then by
+    ``s_no``). The best sentence is the first one reaching its turn's best score.
+    """
+    scale = float(spec().vector_scale)
+    dense = m_raw / scale
+    n = len(dense)
+    best = np.full(n, -1, dtype=np.int64)
+    if len(s_row):
+        s_score = s_raw / scale
+        sd = np.full(n, -np.inf)
+        np.maximum.at(sd, s_row, s_score)
+        top = s_score >= sd[s_row]
+        rows, first = np.unique(s_row[top], return_index=True)
+        best[rows] = s_no[np.flatnonzero(top)[first]]
+        dense = np.maximum(dense, np.where(np.isfinite(sd), sd, dense))
+    return dense, best
+
+
+def bm25_scores(n_terms: np.ndarray, postings: Iterable[tuple[float, np.ndarray, np.ndarray]]
+                ) -> np.ndarray:
+    """BM25 score of each of ``len(n_terms)`` turns.
+
+    ``postings`` gives, per question term in the question's order, its weight, the rows of the
+    turns holding it and their stored term frequencies.
+    """
+    s = spec()
+    n = len(n_terms)
+    out = np.zeros(n)
+    if not n:
+        return out
+    avgdl = max(float(n_terms.mean()), s.bm25_min_avgdl)
+    k1, b = s.bm25_k1, s.bm25_b
+    norm = k1 * ((1 - b) + b * n_terms / avgdl)
+    for weight, rows, tf in postings:
+        df = len(rows)
+        if not df:
+            continue
+        idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+        tf = tf.astype(np.float64)
+        np.add.at(out, rows, weight * idf * tf * (k1 + 1) / (tf + norm[rows]))
+    return out
+
+
+def _ranks(score: np.ndarray, turn_no: np.ndarray) -> np.ndarray:
+    """1-based rank by ``score`` descending, then ``turn_no`` descending."""
+    order = np.lexsort((-turn_no, -score))
+    ranks = np.empty(len(score), dtype=np.float64)
+    ranks[order] = np.arange(1, len(score) + 1)
+    return ranks
+
+
+def fuse(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.ndarray,
+         recency_weight: float, rrf_k: int) -> np.ndarray:
+    """Reciprocal-rank fusion of the candidates' dense (+ recency) and BM25 ranks."""
+    r_dense = _ranks(dense + recency_weight * recency, turn_no)
+    r_bm25 = _ranks(bm25, turn_no)
+    return 1.0 / (rrf_k + r_dense) + np.where(bm25 > 0, 1.0 / (rrf_k + r_bm25), 0.0)
+
+
+def named_speakers(query_terms: Iterable[str], speaker_terms: Mapping[str, Sequence[str]]
+                   ) -> set[str]:
+    """The speakers the question names: those whose name's BM25 terms (``speaker_terms``, as
+    ``cce_duck.text.terms`` gives them) are all among the question's terms."""
+    asked = set(query_terms)
+    return {sp for sp, ts in speaker_terms.items() if ts and asked.issuperset(ts)}
+
+
+def conversation_scores(fused: np.ndarray, turn_no: np.ndarray, asks: np.ndarray,
+                        other: np.ndarray, n_terms: np.ndarray) -> np.ndarray:
+    """Conversation score of each listed hit (step 5 of the module docstring).
+
+    ``other`` marks the hits by another speaker than the one the question names (all False when
+    it names none or several).
+    """
+    s = spec()
+    score = fused.astype(np.float64).copy()
+    if len(turn_no):
+        at = {int(t): i for i, t in enumerate(turn_no)}
+        prev = np.array([at.get(int(t) - 1, -1) for t in turn_no], dtype=np.int64)
+        reply = (prev >= 0) & asks[np.maximum(prev, 0)]
+        score = np.where(reply, score + s.reply_share * fused[np.maximum(prev, 0)], score)
+    score = np.where(other, score * s.other_speaker, score)
+    return score * (n_terms / (n_terms + s.terms_half_weight))
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """Result of :func:`rank`: candidate positions best first, with their scores."""
+
+    order: np.ndarray        # positions into the candidate arrays
+    fused: np.ndarray        # fused score of each position in ``order``
+    score: np.ndarray | None  # conversation score of each position (None without it)
+
+
+def rank(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.ndarray, *,
+         k: int, recency_weight: float | None = None, rrf_k: int | None = None,
+         asks: np.ndarray | None = None, other: np.ndarray | None = None,
+         n_terms: np.ndarray | None = None) -> Ranked:
+    """Rank the candidates (turn order, ``turn_no`` ascending): steps 3-5 of the module docstring.
+
+    Without ``asks`` only the fused ranking (steps 3-4 without replies) is done; with ``asks``,
+    ``other`` and ``n_terms`` the replies are added and the list is ordered by conversation score.
+    """
+    s = spec()
+    fused = fuse(dense, bm25, recency, turn_no,
+                 s.recency_weight if recency_weight is None else recency_weight,
+                 s.rrf_k if rrf_k is None else rrf_k)
+    order = np.lexsort((-turn_no, -fused))[:k]
+    if asks is None or other is None or n_terms is None:
+        return Ranked(order, fused[order], None)
+    nxt = order[(order + 1 < len(turn_no)) & asks[order]] + 1
+    nxt = nxt[turn_no[nxt] == turn_no[nxt - 1] + 1]
+    order = np.concatenate([order, np.setdiff1d(nxt, order)])
+    score = conversation_scores(fused[order], turn_no[order], asks[order], other[order],
+                                n_terms[order].astype(np.float64))
+    final = np.lexsort((-turn_no[order], -score))
+    return Ranked(order[final], fused[order][final], score[final])
+
+
+def other_speakers(speaker: Sequence[str | None], named: set[str]) -> np.ndarray:
+    """Marks of turns by someone else than the one speaker ``named`` (none unless exactly one)."""
+    if len(named) != 1:
+        return np.zeros(len(speaker), dtype=bool)
+    return np.array([sp not in named for sp in speaker], dtype=bool)

@@ -17,6 +17,7 @@ from cce_duck.errors import (
     FolderInUseError,
     NotFoundError,
     SchemaError,
+    StorageError,
     ValidationError,
 )
 from cce_duck.payload import ContextPayload
@@ -37,6 +38,7 @@ __all__ = [
     "NotFoundError",
     "SchemaError",
     "Session",
+    "StorageError",
     "ValidationError",
     "__version__",
     "available_embedders",

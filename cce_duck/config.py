@@ -26,6 +26,7 @@ _ENV: dict[str, str] = {
     "topic_gap_minutes": "CCE_TOPIC_GAP_MINUTES",
     "keep_raw_turns": "CCE_KEEP_RAW_TURNS",
     "flush_every": "CCE_FLUSH_EVERY",
+    "durability": "CCE_DURABILITY",
     "encryption_key": "CCE_ENCRYPTION_KEY",
     "recency_weight": "CCE_RECENCY_WEIGHT",
     "warm_tier_max_chunks": "CCE_WARM_TIER_MAX_CHUNKS",
@@ -69,6 +70,11 @@ class Config:
         rrf_k: Constant of reciprocal-rank fusion (default: the ranking specification's).
         flush_every: Journaled messages are moved into the tables in batches of this size (and
             before every read), so one commit serves many messages.
+        durability: When a journaled message counts as stored: ``fsync`` (default: on disk
+            before the call returns, so an OS crash or power cut loses nothing acknowledged;
+            concurrent calls share one ``fdatasync``) or ``os`` (written to the OS, which writes
+            it back within seconds: a killed process still loses nothing, an OS crash may lose
+            the last acknowledged messages). See ``docs/durability.md``.
         encryption_key: Passphrase of an encrypted data folder (``None``: plain). A new folder
             opened with one is encrypted; an existing plain folder refuses one (convert it with
             :func:`cce_duck.encryption.encrypt_folder`). Never shown in ``repr``.
@@ -120,6 +126,7 @@ class Config:
     sentence_min_tokens: int = 24
     rrf_k: int = field(default_factory=lambda: ranking.spec().rrf_k)
     flush_every: int = 256
+    durability: str = "fsync"
     encryption_key: str | None = field(default=None, repr=False)
     warm_tier_max_chunks: int | None = None
     index_cache_mb: int = 64
@@ -158,6 +165,12 @@ class Config:
                 not isinstance(self.encryption_key, str) or not self.encryption_key):
             raise ValidationError("config encryption_key must be a non-empty string or None")
         self._check_summariser()
+        from cce_duck.journal import DURABILITY
+
+        mode = self.durability
+        if not isinstance(mode, str) or mode.strip().lower() not in DURABILITY:
+            raise ValidationError(f"config durability must be one of {list(DURABILITY)}, got {mode!r}")
+        object.__setattr__(self, "durability", mode.strip().lower())
         for name in ("data_dir", "export_dir"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -14,11 +16,12 @@ from cce_duck import clock, erasure
 from cce_duck.allocator import tune_allocator
 from cce_duck.config import Config
 from cce_duck.context import SEARCH_SCHEMA, ContextRequest, build_context, retrieve
-from cce_duck.errors import NotFoundError, ValidationError
+from cce_duck.errors import NotFoundError, StorageError, ValidationError
 from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import load_history, parse_messages, parse_time, validate_session_id
+from cce_duck.messages import message_id as check_message_id
 from cce_duck.payload import ContextPayload
 from cce_duck.rows import content_hash
 from cce_duck.store import Store
@@ -67,6 +70,7 @@ class Engine(ManagementMixin):
         except BaseException:
             self.store.close()
             raise
+        self._deferred = threading.local()  # see deferred_sync()
         atexit.register(self.close)
 
     # -- lifecycle ----------------------------------------------------------
@@ -87,7 +91,10 @@ class Engine(ManagementMixin):
             if not self.store.read_only:
                 self._flush_context_calls()
                 self.writer.flush(counts=True)
+        except StorageError:
+            pass  # what could not be stored stays in the journal: the next open stores it
         finally:
+            self.writer.close()
             self.store.close()
 
     def flush(self) -> None:
@@ -111,32 +118,89 @@ class Engine(ManagementMixin):
         return Session(self, validate_session_id(session_id))
 
     def add_message(self, session_id: str, role: str, content: str,
-                    timestamp: datetime | str | None = None, name: str | None = None) -> int:
-        """Append one message; returns its turn number."""
+                    timestamp: datetime | str | None = None, name: str | None = None, *,
+                    message_id: str | None = None) -> int:
+        """Append one message; returns its turn number.
+
+        ``message_id`` is the client's id of the message: sending it again (a retry after an
+        error or a lost reply) stores nothing and returns the same turn number.
+        """
         msg: dict[str, Any] = {"role": role, "content": content}
         if timestamp is not None:
             msg["timestamp"] = timestamp
         if name is not None:
             msg["name"] = name
+        if message_id is not None:
+            msg["id"] = check_message_id(message_id)
         return self.add_messages(session_id, [msg])[0]
 
     def add_messages(self, session_id: str, messages: Iterable[Any]) -> list[int]:
-        """Append messages (all validated first: a bad one stores none)."""
+        """Append messages (all validated first: a bad one stores none); their turn numbers.
+
+        A message may carry the client's id (key ``id`` or ``message_id``): one the session
+        already has is not stored again and gets the first one's turn number. The call returns
+        once the messages are journaled (and on disk, unless ``durability="os"``); if it raises,
+        none of them was stored.
+        """
         sid = validate_session_id(session_id)
         parsed = parse_messages(messages)
         if not parsed:
             return []
-        return self.writer.add(sid, parsed)
+        numbers, ticket = self.writer.add(sid, parsed)
+        self._durable(ticket)
+        return numbers
+
+    def _durable(self, ticket: int) -> None:
+        pending = getattr(self._deferred, "ticket", None)
+        if pending is None:
+            self.writer.sync(ticket)
+        else:
+            self._deferred.ticket = max(pending, ticket)
+
+    @contextmanager
+    def deferred_sync(self) -> Iterator[None]:
+        """Writes in this block are synced to disk when it ends, not inside each call.
+
+        A server holds its engine lock only around the call and syncs after releasing it, so
+        the journal syncs of concurrent requests are shared (group commit).
+        """
+        outer = getattr(self._deferred, "ticket", None)
+        self._deferred.ticket = 0
+        try:
+            yield
+            ticket = self._deferred.ticket
+        finally:
+            self._deferred.ticket = outer
+        self._durable(ticket)
+
+    @property
+    def storage_error(self) -> StorageError | None:
+        """The storage failure the store is in (``None`` while it works)."""
+        return self.store.failure
+
+    def check_storage(self) -> StorageError | None:
+        """Retry a failing store now (reopen it, store what the journal holds); the failure
+        that remains, ``None`` once it works again."""
+        if self.store.failure is None or self.store.read_only:
+            return self.store.failure
+        try:
+            self.writer.flush()
+        except StorageError as exc:
+            return exc
+        return None
 
     def ingest(self, session_id: str, messages: Iterable[Any], *, compress: bool = True,
                progress: Callable[[int, int], None] | None = None) -> list[int]:
         """Store a whole history at once; idempotent.
 
         Messages that repeat the session's stored turns from its first turn on are skipped, so
-        ingesting the same history twice stores it once. Everything older than the hot window is
-        compressed into notes (``compress=False`` leaves it pending). Every message is validated
-        before anything is stored; then ``progress(done, total)`` is called with the count of
-        new messages handled so far (first with ``done=0``, last with ``done=total``).
+        ingesting the same history twice stores it once; so are messages whose client id
+        (``id`` / ``message_id``) the session already has. Everything older than the hot window
+        is compressed into notes (``compress=False`` leaves it pending). Every message is
+        validated before anything is stored, and all are journaled at once (a call that raises
+        stored none of them); then ``progress(done, total)`` is called with the count of new
+        messages handled so far (first with ``done=0``, last with ``done=total``). Returns the
+        turn numbers of the messages not skipped by the prefix rule.
         """
         sid = validate_session_id(session_id)
         parsed = parse_messages(messages)
@@ -148,15 +212,20 @@ class Engine(ManagementMixin):
                 break
             skip += 1
         new = parsed[skip:]
-        out: list[int] = []
-        batch = max(self.config.live_batch_turns, 256)
+        if not new:
+            if progress is not None:
+                progress(0, 0)
+            return []
         if progress is not None:
             progress(0, len(new))
-        for i in range(0, len(new), batch):
-            out.extend(self.writer.add(sid, new[i : i + batch]))
-            if progress is not None and i + batch < len(new):
-                progress(len(out), len(new))  # add() stored the batch (flush_every) on its way
-        self.writer.flush(finish={sid} if compress and new else None)
+        out, ticket = self.writer.add(sid, new, progress=progress)  # all journaled, or none
+        try:
+            self.writer.flush(finish={sid} if compress else None)
+        except StorageError:
+            if self.writer.journal is None:
+                raise
+            # journaled: acknowledged, and stored by the next flush that succeeds
+        self._durable(ticket)
         if progress is not None:
             progress(len(new), len(new))
         return out
@@ -323,9 +392,10 @@ class Session:
         self.id = session_id
 
     def add(self, role: str, content: str, timestamp: datetime | str | None = None,
-            name: str | None = None) -> int:
+            name: str | None = None, *, message_id: str | None = None) -> int:
         """Append one message."""
-        return self.engine.add_message(self.id, role, content, timestamp, name)
+        return self.engine.add_message(self.id, role, content, timestamp, name,
+                                       message_id=message_id)
 
     def add_messages(self, messages: Iterable[Any]) -> list[int]:
         """Append messages."""

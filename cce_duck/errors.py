@@ -17,6 +17,7 @@ __all__ = [
     "MissingExtraError",
     "NotFoundError",
     "SchemaError",
+    "StorageError",
     "ValidationError",
 ]
 
@@ -46,6 +47,19 @@ class EmbedderMismatchError(CCEError):
 
 class SchemaError(CCEError):
     """The database file is corrupt, not a cce_duck store, or from a newer schema."""
+
+
+class StorageError(CCEError):
+    """The data folder cannot be written or read right now (a full disk, an I/O error).
+
+    The message names the folder and the cause. What was acknowledged before stays stored; the
+    call that raised stored nothing. ``recoverable`` tells whether the process retries by itself
+    once the cause is gone (``False``: it must be restarted).
+    """
+
+    def __init__(self, message: str, *, recoverable: bool = True) -> None:
+        super().__init__(message)
+        self.recoverable = recoverable
 
 
 class FolderInUseError(CCEError):

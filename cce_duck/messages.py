@@ -17,6 +17,7 @@ __all__ = [
     "TRANSCRIPT_PREFIXES",
     "Message",
     "load_history",
+    "message_id",
     "parse_messages",
     "parse_time",
     "parse_transcript",
@@ -26,16 +27,19 @@ __all__ = [
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 _SESSION_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 MAX_CONTENT_CHARS = 1_000_000
+MAX_MESSAGE_ID_CHARS = 128
 
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message. ``ts`` is naive UTC; ``speaker`` is an optional display name."""
+    """One chat message. ``ts`` is naive UTC; ``speaker`` is an optional display name;
+    ``message_id`` the client's id of the message (a retry with it stores nothing twice)."""
 
     role: str
     content: str
     ts: datetime
     speaker: str | None = None
+    message_id: str | None = None
 
 
 def validate_session_id(session_id: object) -> str:
@@ -103,7 +107,19 @@ def _one(raw: object, index: int, default_ts: datetime | None) -> Message:
         default_ts or clock.now()
     )
     clean = content.encode("utf-8", "replace").decode("utf-8")
-    return Message(role, clean, ts, speaker or None)
+    return Message(role, clean, ts, speaker or None, message_id(raw.get("id", raw.get("message_id")),
+                                                                index))
+
+
+def message_id(value: object, index: int = 0) -> str | None:
+    """A client's message id: ``None`` or 1-128 printable characters."""
+    if value is None:
+        return None
+    if (not isinstance(value, str) or not value or len(value) > MAX_MESSAGE_ID_CHARS
+            or not value.isprintable() or value != value.encode("utf-8", "replace").decode()):
+        raise ValidationError(f"message {index}: id must be a string of 1-{MAX_MESSAGE_ID_CHARS} "
+                              "printable characters")
+    return value
 
 
 def parse_messages(raw: Iterable[Any], default_ts: datetime | None = None) -> list[Message]:
@@ -111,6 +127,14 @@ def parse_messages(raw: Iterable[Any], default_ts: datetime | None = None) -> li
     if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Iterable):
         raise ValidationError("messages must be a list of {role, content} objects")
     out = [_one(m, i, default_ts) for i, m in enumerate(raw)]
+    seen: dict[str, Message] = {}
+    for i, m in enumerate(out):
+        if m.message_id is None:
+            continue
+        first = seen.setdefault(m.message_id, m)
+        if (first.role, first.content) != (m.role, m.content):
+            raise ValidationError(f"message {i}: id {m.message_id!r} is given to two different "
+                                  "messages in one call")
     return out
 
 

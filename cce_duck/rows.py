@@ -32,7 +32,7 @@ TURN_SCHEMA = pa.schema([
     ("session_id", pa.string()), ("turn_no", pa.int32()), ("role", pa.string()),
     ("speaker", pa.string()), ("content", pa.string()), ("ts", pa.timestamp("us")),
     ("tokens", pa.int32()), ("n_terms", pa.int32()), ("content_hash", pa.uint64()),
-    ("micro", pa.string()), ("note_id", pa.int64()),
+    ("micro", pa.string()), ("note_id", pa.int64()), ("message_id", pa.string()),
 ])
 
 @contextmanager
@@ -128,8 +128,9 @@ class TurnRows:
 
     def add(self, emb: CachedEmbedder, config: Config, sid: str, turn_no: int, role: str,
             speaker: str | None, content: str | None, ts: datetime, *, micro: str | None = None,
-            tokens: int | None = None, note_id: int | None = None) -> dict[str, Any]:
-        """Derive and append one turn; returns its row.
+            tokens: int | None = None, note_id: int | None = None,
+            message_id: str | None = None) -> dict[str, Any]:
+        """Derive and append one turn (``message_id``: the client's id of it); returns its row.
 
         A turn whose raw text was dropped (``content`` None) is derived from its ``micro`` line
         and keeps its stored ``tokens``.
@@ -144,7 +145,7 @@ class TurnRows:
             "content": content, "ts": ts,
             "tokens": int(tokens) if content is None and tokens else a.tokens,
             "n_terms": len(a.words), "content_hash": content_hash(role, text),
-            "micro": micro, "note_id": note_id,
+            "micro": micro, "note_id": note_id, "message_id": message_id,
         }
         self.turns.append(row)
         self.mvec.append(a.whole)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import re
@@ -32,6 +33,7 @@ from cce_duck.errors import (
     EncryptionError,
     FolderInUseError,
     SchemaError,
+    StorageError,
 )
 from cce_duck.folder import DB_FILE, ERASURE_FILE, MARKER_FILE
 from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro_files, macro_sql, query, statement
@@ -59,6 +61,11 @@ _SAME_FILE = re.compile(r"same database file with a different configuration|Uniq
 _NEEDS_KEY = re.compile(r"Cannot open encrypted database", re.I)
 _WRONG_KEY = re.compile(r"Wrong encryption key", re.I)
 _NOT_ENCRYPTED = re.compile(r"key is explicitly specified, but database .* is not encrypted", re.I)
+#: DuckDB errors that mean the disk failed (not the statement): full, read-only, I/O error, or
+#: the database instance invalidated by such a failure during a checkpoint.
+_STORAGE = re.compile(r"No space left|Disk quota|Input/output error|Read-only file system|"
+                      r"Could not write|Could not (?:truncate|sync|fsync)|Failed to commit|"
+                      r"invalidated", re.I)
 
 
 class Store:
@@ -84,6 +91,12 @@ class Store:
         self._made_marker = False
         #: Moves on every committed write transaction (in-process caches check it).
         self.generation = 0
+        #: The storage failure the connection met, until :meth:`recover` reopens it.
+        self.failure: StorageError | None = None
+        #: Times :meth:`recover` reopened the database (holders of state derived from the
+        #: tables compare it).
+        self.recoveries = 0
+        self._detached = False  # the connection is a placeholder: the file could not be reopened
         self.path = ":memory:" if data_dir is None else str(data_dir / DB_FILE)
         self._key = None if data_dir is None else folder.registry_key(data_dir)
         if data_dir is not None and folder.is_open(data_dir):
@@ -309,7 +322,62 @@ class Store:
 
     def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
         """Run the named query ``name`` from ``sql/queries.sql``."""
-        return self.con.execute(query(name), params)
+        if self._detached and self.failure is not None:
+            raise self.failure
+        try:
+            return self.con.execute(query(name), params)
+        except duckdb.Error as exc:
+            err = self.failed(exc)
+            if err is exc:
+                raise
+            raise err from exc
+
+    def failed(self, exc: BaseException) -> BaseException:
+        """``exc`` as the error to raise: a :class:`StorageError` naming the folder and the
+        cause when the disk failed (the store then counts as failing), else ``exc`` itself."""
+        if isinstance(exc, StorageError):
+            self.failure = self.failure or exc
+            return exc
+        if not isinstance(exc, duckdb.Error) or not (
+                isinstance(exc, duckdb.FatalException) or _STORAGE.search(str(exc))):
+            return exc
+        cause = str(exc).split("\n")[0]
+        where = self.data_dir if self.data_dir is not None else "(in memory)"
+        err = StorageError(f"storage failed in the data folder {where}: {cause}. Nothing of this "
+                           "call was stored; what was acknowledged before is kept. Free space (or "
+                           "fix the disk) and retry: the store reopens itself on the next call")
+        self.failure = err
+        return err
+
+    def recover(self) -> None:
+        """Reopen the database after a storage failure (raises :class:`StorageError` while the
+        folder is still unusable)."""
+        if self.failure is None:
+            return
+        if self.data_dir is None:  # an in-memory database has nothing to reopen
+            raise StorageError(f"{self.failure}; an in-memory store cannot be reopened: restart "
+                               "the process", recoverable=False)
+        self._close_reader()
+        with contextlib.suppress(duckdb.Error):  # an invalidated database may refuse its own
+            self.con.close()                     # close; the handle is gone anyway
+        try:
+            self.con = self._connect()
+            self.install(self.con)
+        except (CCEError, duckdb.Error) as exc:
+            err = self.failed(exc)
+            if not isinstance(err, StorageError):  # reopening failed for another reason
+                err = StorageError(
+                    f"the data folder {self.data_dir} failed ({self.failure}) and cannot be "
+                    f"reopened ({exc}); restart the process: nothing acknowledged is lost, the "
+                    "journal is replayed at the next open", recoverable=False)
+                self.failure = err
+            self.con = dbfile.connect()  # a placeholder that holds no file
+            self._detached = True
+            raise err from exc
+        self._detached = False
+        self.failure = None
+        self.generation += 1  # cached indexes belonged to the old connection
+        self.recoveries += 1
 
     def frame(self, sql_or_name: str, params: Sequence[Any] | dict[str, Any] | None = None
               ) -> pl.DataFrame:
@@ -322,14 +390,31 @@ class Store:
         """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any error."""
         if self.read_only:
             raise CCEError("this store is open read-only")
-        self.con.execute("BEGIN")
+        self.recover()
+        self._run("BEGIN")
         try:
             yield self.con
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
-        self.con.execute("COMMIT")
+        except BaseException as exc:
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:
+                if not isinstance(self.failed(exc), StorageError):
+                    raise
+            err = self.failed(exc)
+            if err is exc:
+                raise
+            raise err from exc
+        self._run("COMMIT")
         self.generation += 1
+
+    def _run(self, sql: str) -> None:
+        try:
+            self.con.execute(sql)
+        except duckdb.Error as exc:
+            err = self.failed(exc)
+            if err is exc:
+                raise
+            raise err from exc
 
     def attach(self, path: Path, name: str) -> None:
         """Attach another database file as ``name``; encrypted with the folder's key when the
@@ -356,14 +441,23 @@ class Store:
             self.install(self.con)
 
     def close(self) -> None:
-        """Checkpoint (when writable) and close."""
+        """Checkpoint (when writable) and close; after a storage failure it never raises (the
+        WAL and the journal keep what the checkpoint could not write)."""
         try:
-            if not self.read_only and self.data_dir is not None:
+            if not self.read_only and self.data_dir is not None and self.failure is None:
                 self.con.execute("CHECKPOINT")
+        except duckdb.Error as exc:
+            if not isinstance(self.failed(exc), StorageError):
+                raise
         finally:
             self._close_reader()
-            self.con.close()
-            folder.mark_closed(self._key or "")
+            try:
+                self.con.close()
+            except duckdb.Error as exc:
+                if not isinstance(self.failed(exc), StorageError):
+                    raise
+            finally:
+                folder.mark_closed(self._key or "")
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A second connection for plain reads that run beside this one's (the retrieval index

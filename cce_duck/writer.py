@@ -1,17 +1,24 @@
 """The write path: journal every message as it arrives, then store batches in one transaction.
 
 A DuckDB commit costs about a millisecond however small it is, so a message is first appended
-to ``journal.jsonl`` in the data folder (it survives a killed process) and reaches the tables in
-batches: every ``live_batch_turns`` messages, before any read, and on close. Replaying the journal
-on open skips what the tables already hold, so nothing is lost or stored twice.
+to ``journal.jsonl`` in the data folder (:mod:`cce_duck.journal`: synced to disk before the call
+returns unless ``durability="os"``) and reaches the tables in batches: every ``flush_every``
+messages, before any read, and on close. Replaying the journal on open skips what the tables
+already hold, so nothing is lost or stored twice. A message may carry the client's id: a second
+message with the same id in the session is not stored again, and gets the first one's number.
+
+When the disk fails (:class:`~cce_duck.errors.StorageError`), a call whose messages reached the
+journal is acknowledged (they are stored by the next flush that succeeds); a call whose journal
+append failed raises and stored nothing. The next flush reopens the database first.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -21,16 +28,18 @@ from cce_duck.allocator import release_free_memory
 from cce_duck.config import Config
 from cce_duck.derived import write_notes
 from cce_duck.embedders.base import Matrix
-from cce_duck.errors import CCEError, ConflictError
+from cce_duck.errors import CCEError, ConflictError, StorageError
 from cce_duck.folder import JOURNAL_FILE
+from cce_duck.journal import Journal
 from cce_duck.messages import Message
-from cce_duck.rows import TurnRows, registered, vectors_of
+from cce_duck.rows import TurnRows, content_hash, registered, vectors_of
 from cce_duck.store import Store
 from cce_duck.summariser import FreshNote, Summariser
 from cce_duck.text import estimate_tokens
 
 __all__ = ["JOURNAL_FILE", "Writer"]
 
+RETRY_S = 1.0  # while the folder fails, a write retries the tables at most this often
 DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need them only when a
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
 
@@ -44,7 +53,12 @@ class Writer:
         self._next: dict[str, int] = {}
         self._closed: set[str] = set()
         self._buffer: list[tuple[str, int, Message]] = []
-        self._journal: Path | None = None
+        #: client ids of buffered messages: (session, id) -> (turn, role, content hash)
+        self._ids: dict[tuple[str, str], tuple[int, str, int]] = {}
+        self._lock = threading.RLock()  # adding and flushing, one thread at a time
+        self.journal: Journal | None = None
+        self._recoveries = store.recoveries
+        self._retry_at = 0.0
         # session -> (term df, documents), for note labels; the most recently used few only
         self._df: OrderedDict[str, tuple[Counter[str], int]] = OrderedDict()
         self._retrieved: Counter[tuple[str, int]] = Counter()  # (session, note) -> times in a context
@@ -56,8 +70,14 @@ class Writer:
             self.summariser = Summariser(store, config)
         self._fresh: list[FreshNote] = []  # notes of this flush that wait for a model summary
         if store.data_dir is not None and not store.read_only:
-            self._journal = store.data_dir / JOURNAL_FILE
-            self._replay()
+            self.journal = Journal(store.data_dir / JOURNAL_FILE, store.journal_codec,
+                                   config.durability)
+            try:
+                self._load_journal()
+                self.flush()
+            except BaseException:
+                self.journal.close()
+                raise
 
     # -- turn numbers -------------------------------------------------------
 
@@ -77,47 +97,123 @@ class Writer:
 
     # -- adding -------------------------------------------------------------
 
-    def add(self, session_id: str, messages: Sequence[Message]) -> list[int]:
-        """Journal ``messages`` and return their turn numbers; flush when a batch is full."""
+    def add(self, session_id: str, messages: Sequence[Message],
+            progress: Callable[[int, int], None] | None = None) -> tuple[list[int], int]:
+        """Journal ``messages`` (all or none); their turn numbers and a ticket for :meth:`sync`.
+
+        Messages whose client id the session already has are not stored again (their first
+        turn's number is returned). Flushes whenever ``flush_every`` messages wait, calling
+        ``progress(done, total)`` after each of those flushes but the last.
+        """
         if self.store.read_only:  # nothing would ever store them: refuse, do not drop
             raise CCEError("this store is open read-only; open it without read_only to write")
-        start = self.next_turn(session_id)
-        if session_id in self._closed:
-            raise ConflictError(f"session {session_id!r} is closed; open a new session")
-        numbered = [(session_id, start + i, m) for i, m in enumerate(messages)]
-        if self._journal is not None:
-            lines = "".join(
-                self.store.journal_codec.encode({"s": s, "n": n, "r": m.role, "p": m.speaker,
-                                                 "c": m.content, "t": m.ts.isoformat()}) + "\n"
-                for s, n, m in numbered
-            )
-            with self._journal.open("a", encoding="utf-8") as fh:
-                fh.write(lines)
-        self._next[session_id] = start + len(messages)
-        self._buffer.extend(numbered)
-        if len(self._buffer) >= self.config.flush_every:
-            self.flush()
-        return [n for _, n, _ in numbered]
+        with self._lock:
+            if self.store.failure is not None:
+                self._flush_journaled()  # reopen the database first, if it is time to retry
+            start = self.next_turn(session_id)
+            if session_id in self._closed:
+                raise ConflictError(f"session {session_id!r} is closed; open a new session")
+            known = self._known_ids(session_id, messages)
+            numbers: list[int] = []
+            numbered: list[tuple[str, int, Message]] = []
+            for m in messages:
+                if m.message_id is not None and m.message_id in known:
+                    numbers.append(known[m.message_id][0])
+                    continue
+                n = start + len(numbered)
+                numbered.append((session_id, n, m))
+                numbers.append(n)
+                if m.message_id is not None:
+                    known[m.message_id] = (n, m.role, content_hash(m.role, m.content))
+            ticket = 0
+            if self.journal is not None and numbered:
+                try:
+                    ticket = self.journal.append(_record(s, n, m) for s, n, m in numbered)
+                except StorageError as exc:
+                    self.store.failed(exc)  # the folder counts as failing until a flush works
+                    raise
+            self._next[session_id] = start + len(numbered)
+            for _, _, m in numbered:
+                if m.message_id is not None:
+                    self._ids[(session_id, m.message_id)] = known[m.message_id]
+            step = self.config.flush_every
+            for i in range(0, len(numbered), step):
+                self._buffer.extend(numbered[i : i + step])
+                if len(self._buffer) >= step:
+                    self._flush_journaled()
+                if progress is not None and i + step < len(numbered):
+                    progress(i + step, len(messages))
+            return numbers, ticket
 
-    def _replay(self) -> None:
-        assert self._journal is not None
-        if not self._journal.exists():
+    def _flush_journaled(self) -> None:
+        """Flush messages that are already safe in the journal: a storage failure leaves them
+        there (the next flush stores them) instead of failing the call that acknowledged them."""
+        if self.journal is None:
+            self.flush()
             return
+        if self.store.failure is not None and time.monotonic() < self._retry_at:
+            return  # failed a moment ago: reopening the database on every message is no use
+        try:
+            self.flush()
+        except StorageError:
+            self._retry_at = time.monotonic() + RETRY_S
+
+    def sync(self, ticket: int) -> None:
+        """Return once the journal records up to ``ticket`` are on disk (see :class:`Journal`)."""
+        if self.journal is not None and ticket:
+            self.journal.sync(ticket)
+
+    def _known_ids(self, sid: str, messages: Sequence[Message]
+                   ) -> dict[str, tuple[int, str, int]]:
+        """The session's turns that already carry the client ids of ``messages``; a known id
+        with other content is refused."""
+        ids = sorted({m.message_id for m in messages if m.message_id is not None})
+        if not ids:
+            return {}
+        known = {i: self._ids[(sid, i)] for i in ids if (sid, i) in self._ids}
+        rest = [i for i in ids if i not in known]
+        if rest:
+            rows = self.store.q("turns_by_message_id", {"sid": sid, "ids": rest}).fetchall()
+            known.update({str(r[0]): (int(r[1]), str(r[2]), int(r[3])) for r in rows})
+        for m in messages:
+            hit = known.get(m.message_id) if m.message_id is not None else None
+            if hit is not None and (hit[1], hit[2]) != (m.role, content_hash(m.role, m.content)):
+                raise ConflictError(
+                    f"message id {m.message_id!r} of session {sid!r} is turn {hit[0]}, stored "
+                    "with other content; a retry must send the same message")
+        return known
+
+    def _load_journal(self) -> None:
+        """Put the journal's records that the tables do not hold yet into the buffer."""
+        assert self.journal is not None
         stored: dict[str, int] = {}
-        # split on "\n" only: splitlines() would also cut at U+2028, U+0085 ... inside a message
-        for line in self._journal.read_text(encoding="utf-8", errors="replace").split("\n"):
+        for rec in self.journal.replay():
             try:
-                rec = self.store.journal_codec.decode(line)
                 sid, n = rec["s"], int(rec["n"])
-                msg = Message(rec["r"], rec["c"], datetime.fromisoformat(rec["t"]), rec.get("p"))
+                msg = Message(rec["r"], rec["c"], datetime.fromisoformat(rec["t"]), rec.get("p"),
+                              rec.get("i"))
             except (ValueError, KeyError, TypeError):
-                continue  # a line torn by a crash mid-write
+                continue  # not a record of ours
             if sid not in stored:
                 stored[sid] = self.next_turn(sid)
             if n >= max(stored[sid], self._next[sid]):
                 self._buffer.append((sid, n, msg))
                 self._next[sid] = max(self._next[sid], n + 1)
-        self.flush()
+                if msg.message_id is not None:
+                    self._ids[(sid, msg.message_id)] = (n, msg.role,
+                                                        content_hash(msg.role, msg.content))
+
+    def _recover(self) -> None:
+        """Reopen a database that failed, and take the buffer again from the journal."""
+        self.store.recover()
+        self._recoveries = self.store.recoveries
+        self._next.clear()
+        self._closed.clear()
+        self._df.clear()
+        self._buffer = []
+        self._ids.clear()
+        if self.journal is not None:
+            self._load_journal()
 
     # -- flushing -----------------------------------------------------------
 
@@ -129,6 +225,12 @@ class Writer:
         window as well: used when a session is closed). Retrieval counts ride along with any
         flush; ``counts`` stores them even when nothing else is waiting.
         """
+        with self._lock:
+            self._flush(finish, hot_too=hot_too, counts=counts)
+
+    def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
+        if self.store.failure is not None or self._recoveries != self.store.recoveries:
+            self._recover()
         if not self._buffer and not finish and not (counts and self._retrieved):
             return
         sessions, rows = self._prepare(self._buffer)
@@ -148,11 +250,11 @@ class Writer:
             self._fresh = []
             raise
         self._buffer = []
+        self._ids.clear()
         if len(rows.turns) >= self.config.flush_every:
             release_free_memory()  # a full batch frees its Arrow tables and strings at once
-        if self._journal is not None and self._journal.exists():
-            with self._journal.open("w", encoding="utf-8"):
-                pass
+        if self.journal is not None:
+            self.journal.reset()
         try:
             if self._fresh:
                 self._summarise()
@@ -210,7 +312,8 @@ class Writer:
         rows = TurnRows()
         for sid, n, m in items:
             sessions[sid] = max(sessions.get(sid, 0), n + 1)
-            rows.add(self.store.embedder, self.config, sid, n, m.role, m.speaker, m.content, m.ts)
+            rows.add(self.store.embedder, self.config, sid, n, m.role, m.speaker, m.content, m.ts,
+                     message_id=m.message_id)
         return sessions, rows
 
     def _insert(self, con: Any, sessions: dict[str, int], rows: TurnRows) -> None:
@@ -297,7 +400,15 @@ class Writer:
         with registered(con, _b_map=mp):
             self.store.q("assign_notes" if self.config.keep_raw_turns else "assign_notes_drop_raw")
 
-    def close_journal(self) -> None:
-        """Flush what is buffered (called on close)."""
-        if not self.store.read_only:
-            self.flush(counts=True)
+    def close(self) -> None:
+        """Close the journal file (call after the last flush)."""
+        if self.journal is not None:
+            self.journal.close()
+
+
+def _record(sid: str, n: int, m: Message) -> dict[str, Any]:
+    rec: dict[str, Any] = {"s": sid, "n": n, "r": m.role, "p": m.speaker, "c": m.content,
+                           "t": m.ts.isoformat()}
+    if m.message_id is not None:
+        rec["i"] = m.message_id
+    return rec

@@ -80,6 +80,11 @@ WHERE session_id = $sid AND role = 'user' ORDER BY turn_no DESC LIMIT 1;
 -- Role and content hash of every turn of a session, in order (for idempotent re-ingestion).
 SELECT turn_no, role, content_hash FROM main.turns WHERE session_id = $sid ORDER BY turn_no;
 
+-- name: turns_by_message_id
+-- Turns of a session that carry one of the client message ids $ids (for idempotent retries).
+SELECT message_id, turn_no, role, content_hash FROM main.turns
+WHERE session_id = $sid AND message_id IN (SELECT unnest($ids::VARCHAR[]));
+
 -- name: close_session
 -- Mark a session closed.
 UPDATE main.sessions SET status = 'closed', updated_at = $now WHERE session_id = $sid;

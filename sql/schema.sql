@@ -26,6 +26,7 @@ CREATE TABLE turns (
     content_hash UBIGINT NOT NULL,
     micro VARCHAR,
     note_id BIGINT,
+    message_id VARCHAR,
     PRIMARY KEY (session_id, turn_no)
 );
 

@@ -189,6 +189,13 @@ def test_read_commands_go_through_the_running_server(folder: Path) -> None:
         notes = run("inspect", "s1", "--json")
         assert notes.returncode == 0, notes.stderr
         assert len(json.loads(notes.stdout)) >= 4
+        hits = run("search", "s1", "adapter logged tool call", "--json")
+        assert hits.returncode == 0, hits.stderr
+        found = json.loads(hits.stdout)
+        assert found[0]["content"] == f"the adapter logged {BRACKETS}"
+        assert [h["rank"] for h in found] == sorted(h["rank"] for h in found)
+        assert BRACKETS in run("search", "s1", "adapter logged tool call").stdout
+        assert "unknown session" in run("search", "nope", "x").stderr
         sessions = run("sessions", "--json")
         assert [s["session_id"] for s in json.loads(sessions.stdout)] == ["s1"]
         # a write command gets the CLI's advice, not the library's

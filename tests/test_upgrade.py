@@ -32,8 +32,11 @@ def _first_migration_folder(folder: Path, source: Path) -> None:
                 "encrypted": "false"}
         con.executemany("INSERT INTO cce_meta VALUES (?, ?)", list(meta.items()))
         con.execute(f"ATTACH '{source / DB_FILE}' AS src (READ_ONLY)")
-        for t in OLD_TABLES:
-            con.execute(f"INSERT INTO main.{t} SELECT * FROM src.main.{t}")
+        for t in OLD_TABLES:  # (columns that later migrations added stay out)
+            cols = ", ".join(r[0] for r in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = "
+                "current_database() AND table_name = ? ORDER BY column_index", [t]).fetchall())
+            con.execute(f"INSERT INTO main.{t} SELECT {cols} FROM src.main.{t}")
         # the sequences of a store that has been used have moved on
         for seq, table, col in (("note_ids", "notes", "note_id"), ("pin_ids", "pins", "pin_id")):
             top = con.execute(f"SELECT coalesce(max({col}), 0) FROM main.{table}").fetchone()

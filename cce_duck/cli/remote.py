@@ -139,13 +139,34 @@ class RemoteReader:
     def search(self, session_id: str, query: str, k: int = 10, *,
                since: datetime | str | None = None, until: datetime | str | None = None,
                last_turns: int | None = None) -> pl.DataFrame:
-        """``POST /v1/sessions/{id}/search``."""
+        """``POST /v1/sessions/{id}/search``; a server without that route answers through the
+        ``cce_retrieve`` macro (the same ranking) on its admin SQL route."""
         sid = validate_session_id(session_id)
         body = _body(query=query, k=k, since=since, until=until, last_turns=last_turns)
-        data = self.server.call("POST", f"/v1/sessions/{sid}/search", body)
+        try:
+            data = self.server.call("POST", f"/v1/sessions/{sid}/search", body)
+        except NotFoundError as exc:
+            if str(exc) != "Not Found":  # an unknown session, not a missing route
+                raise
+            return self._search_sql(sid, body)
         rows: list[dict[str, Any]] = (data.get("hits") or data.get("results") or []
                                       if isinstance(data, dict) else data)
         return _frame(rows)
+
+    def _search_sql(self, sid: str, body: dict[str, Any]) -> pl.DataFrame:
+        self.stats(sid)  # an unknown session is a NotFoundError, as from the library
+        args = ", ".join([_literal(sid), _literal(body["query"]), f"k := {int(body['k'])}",
+                          *(f"{n} := {_literal(body[n])}" for n in ("since", "until") if n in body),
+                          *(f"last_turns := {int(body['last_turns'])}" for _ in [0]
+                            if "last_turns" in body)])
+        return self.server.sql(
+            f"SELECT r.*, t.content FROM cce_retrieve({args}) AS r JOIN turns AS t "
+            f"ON t.session_id = {_literal(sid)} AND t.turn_no = r.turn_no ORDER BY r.rank")
+
+
+def _literal(value: object) -> str:
+    """A SQL string literal (quotes doubled)."""
+    return "'" + str(value).replace("'", "''") + "'"
 
 
 def server_of(folder: Path) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ import json
 import os
 from typing import Any
 
+import duckdb
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -43,6 +44,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (errors.ConflictError, 409, "conflict"),
     (errors.EmbedderMismatchError, 409, "embedder_mismatch"),
     (errors.SchemaError, 500, "schema_error"),
+    (errors.StorageError, 507, "storage_error"),
 ]
 
 
@@ -90,7 +92,15 @@ def install_error_handlers(app: FastAPI) -> None:
             exc.status_code, "http_error")
         return error_response(exc.status_code, kind, str(exc.detail))
 
+    async def database_error(request: Request, exc: Exception) -> JSONResponse:
+        guard = getattr(request.app.state, "guard", None)
+        err = guard.engine.store.failed(exc) if guard is not None else exc
+        if isinstance(err, errors.StorageError):
+            return await cce_error(request, err)
+        return error_response(500, "internal_error", f"database error ({type(exc).__name__})")
+
     app.add_exception_handler(errors.CCEError, cce_error)
+    app.add_exception_handler(duckdb.Error, database_error)
     app.add_exception_handler(AuthError, auth_error)
     app.add_exception_handler(ForbiddenError, forbidden)
     app.add_exception_handler(RequestValidationError, invalid)

@@ -122,10 +122,12 @@ def build_server(engine: Engine) -> MCPServer[Any]:
 
     @server.tool(annotations=ADD)
     def cce_ingest_turn(session_id: SessionId, role: Role, content: Text, timestamp: Time = None,
-                        name: Annotated[str | None, Field(None, max_length=128)] = None
+                        name: Annotated[str | None, Field(None, max_length=128)] = None,
+                        id: Annotated[str | None, Field(None, min_length=1, max_length=128)] = None
                         ) -> dict[str, Any]:
-        """Store one message; returns its turn number."""
-        turn = eng.call(e.add_message, session_id, role, content, timestamp, name)
+        """Store one message; returns its turn number. With ``id`` (the client's message id) a
+        retry stores nothing twice and returns the same number."""
+        turn = eng.call(e.add_message, session_id, role, content, timestamp, name, message_id=id)
         return {"session_id": session_id, "turn": turn}
 
     @server.tool(annotations=STORE)

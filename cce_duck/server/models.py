@@ -38,6 +38,9 @@ class MessageIn(_Strict):
     content: str = Field(min_length=1, max_length=MAX_TEXT)
     timestamp: str | None = Field(None, max_length=64, description="ISO-8601 time (default: now)")
     name: str | None = Field(None, max_length=128, description="Speaker's display name")
+    id: str | None = Field(None, min_length=1, max_length=128,
+                           description="Client's id of the message: a retry with the same id "
+                           "stores nothing twice and returns the same turn number")
 
 
 class MessagesIn(_Strict):

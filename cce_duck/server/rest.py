@@ -18,7 +18,7 @@ from cce_duck.adhoc import read_only_query
 from cce_duck.engine import Engine
 from cce_duck.server import manage_routes
 from cce_duck.server.deps import G, Sid, Who, frame_rows
-from cce_duck.server.http import BodyLimit, Guard, install_error_handlers
+from cce_duck.server.http import BodyLimit, Guard, error_response, install_error_handlers
 from cce_duck.server.keys import KeyRing
 from cce_duck.server.models import CompressIn, ContextIn, MessagesIn, SearchIn, SqlIn
 
@@ -99,8 +99,12 @@ def sql(body: SqlIn, g: G, who: Who) -> dict[str, Any]:
     return {"columns": df.columns, "types": [str(t) for t in df.dtypes], "rows": df.rows()}
 
 
-def _health(request: Request) -> dict[str, Any]:
+def _health(request: Request) -> Any:
     g: Guard = request.app.state.guard
+    failure = g.engine.storage_error and g.call(g.engine.check_storage)
+    if failure is not None:  # 503: the server is up, its store is not
+        return error_response(503, "storage_failing", str(failure), version=__version__,
+                              recoverable=failure.recoverable)
     return {"status": "ok", "version": __version__, "embedder": g.engine.embedder_name}
 
 
@@ -116,7 +120,8 @@ def create_app(engine: Engine, keys: KeyRing | None = None, *, cors_origins: lis
     app.include_router(router)
     app.include_router(manage_routes.router)
     app.add_api_route("/health", _health, methods=["GET"], tags=["health"],
-                      summary="Liveness, version and embedder (no key needed)")
+                      summary="Liveness, version and embedder (no key needed); 503 while the "
+                      "store is failing (a full disk), with the cause")
     origins = cors_origins if cors_origins is not None else [
         o.strip() for o in os.environ.get("CCE_CORS_ORIGINS", "").split(",") if o.strip()]
     if origins:

@@ -21,6 +21,7 @@ class Serialized:
         self._lock = threading.Lock()
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn`` while holding the engine lock."""
-        with self._lock:
+        """Run ``fn`` while holding the engine lock; the journal sync its writes need runs after
+        the lock is released, shared with concurrent calls (group commit)."""
+        with self.engine.deferred_sync(), self._lock:
             return fn(*args, **kwargs)

@@ -69,3 +69,16 @@ def test_relative_links_lead_to_files() -> None:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text("utf-8")):
             if "://" not in target:
                 assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_readme_first_screen_installs_and_shows_a_first_context() -> None:
+    lines = (ROOT / "README.md").read_text("utf-8").splitlines()
+    first = "\n".join(lines[:80])
+    assert "## Install" in first
+    assert "pip install -e ." in first  # from a clone
+    assert "pip install dist/cce_duck" in first  # as a package
+    assert "```python" in first
+    assert "eng.context(" in first
+    assert "cce context " in first
+    assert "## Two commands" in "\n".join(lines)
+    assert "make test" in "\n".join(lines)

@@ -255,6 +255,7 @@ def test_encrypted_folder_is_sealed_after_httpfs(tmp_path: Path) -> None:
 # -- the three adapter routes ---------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_rest_route(arena: Arena) -> None:
     before, files = memory(arena.data), outside_files(arena)
     answers = []
@@ -277,6 +278,7 @@ def test_rest_route(arena: Arena) -> None:
     assert_untouched(arena, before, files, answers)
 
 
+@pytest.mark.processes
 def test_mcp_route(arena: Arena, tmp_path: Path) -> None:
     before, files = memory(arena.data), outside_files(arena)
     answers: list[str] = []
@@ -305,6 +307,7 @@ def _cli_env() -> dict[str, str]:
     return {**os.environ, "CCE_EMBEDDER": "hash", "COLUMNS": "100000", "PYTHONUNBUFFERED": "1"}
 
 
+@pytest.mark.processes
 def test_cli_shell_route(arena: Arena) -> None:
     """One ``cce sql`` process reads every statement from stdin, a marker query after each, so
     each refusal is matched to its statement (stdout and stderr merged, unbuffered)."""
@@ -335,6 +338,7 @@ ISSUE_STATEMENTS = [
 ]
 
 
+@pytest.mark.processes
 def test_cli_one_shot_route(arena: Arena) -> None:
     before, files = memory(arena.data), outside_files(arena)
     answers = []
@@ -353,6 +357,7 @@ def test_cli_one_shot_route(arena: Arena) -> None:
     assert_untouched(arena, before, files, answers)
 
 
+@pytest.mark.processes
 def test_cli_write_stays_inside_the_store(arena: Arena) -> None:
     """``cce sql --write`` changes memory on request, but no file outside and no setting."""
     files = outside_files(arena)
@@ -374,6 +379,7 @@ def test_cli_write_stays_inside_the_store(arena: Arena) -> None:
     assert outside_files(arena) == files
 
 
+@pytest.mark.processes
 def test_mcp_server_keeps_serving_after_refusals(arena: Arena, tmp_path: Path) -> None:
     """Refusals do not disturb the server: calls made before and after answer the same."""
     async def body(_: Any, call: Call) -> None:

@@ -20,14 +20,13 @@ from pydantic import ConfigDict, Field
 
 from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
-from cce_duck.allocator import tune_owned_process
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
 from cce_duck.server.models import ChatMessageIn, MessageIn
 from cce_duck.server.serial import Serialized
 
-__all__ = ["build_server", "main", "run_stdio"]
+__all__ = ["build_server", "run_stdio"]
 
 T = TypeVar("T")
 
@@ -264,10 +263,3 @@ def run_stdio(config: Config) -> None:
     """Serve over stdin/stdout until the client closes the pipe."""
     with Engine(config) as engine:
         build_server(engine).run("stdio")
-
-
-def main() -> None:
-    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``; a process
-    cce_duck owns: the allocator is tuned)."""
-    tune_owned_process()
-    run_stdio(Config.from_env())

@@ -1,6 +1,7 @@
 """Speed, size and memory of cce_duck on the LoCoMo conversations, checked against targets.
 
     python benchmarks/speed.py [--embedders hash,onnx] [--queries 200] [--json out.json]
+    python benchmarks/speed.py --chat-loop [--embedders hash,onnx]   # see chat_loop.py
 
 For each installed embedder: live ingestion (one ``add_message`` at a time, final flush
 included) with each durability setting side by side (``fsync``, the default, and ``os``; and
@@ -35,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import chat_loop
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -588,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="results file (default benchmarks/results/speed-<date>.json)")
     ap.add_argument("--repeats", type=int, default=None,
                     help="ingestion runs per embedder, median kept (default 3 hash, 1 onnx)")
+    ap.add_argument("--chat-loop", action="store_true",
+                    help="only the chat loop: add_message then context, 100 steps (chat_loop.py)")
     ap.add_argument("--skip-memory", action="store_true", help="no memory child processes")
     ap.add_argument("--only-ranking", action="store_true",
                     help="only the ranking at 1k messages, index beside macro (no gates)")
@@ -613,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"embedder(s) not installed: {', '.join(missing)}")
 
     console = Console()
+    if args.chat_loop:
+        return run_chat_loop(console, args.data, wanted, args.json)
     convs = load(args.data)
     total = sum(len(c.messages) for c in convs)
     limit = total if SCALE >= 1 else scaled(total, 100)
@@ -675,6 +681,41 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     console.print(f"results written to {out}")
+    return 0 if all(c["pass"] for c in checks) else 1
+
+
+def run_chat_loop(console: Console, data: Path, embedders: list[str], out: Path | None) -> int:
+    """``--chat-loop``: the figures of :mod:`chat_loop` for each embedder and durability."""
+    started = time.perf_counter()
+    results = [chat_loop.chat_loop(data, emb, durability)
+               for emb in embedders for durability in ("fsync", "os")]
+    checks = chat_loop.check(results)
+    table = Table(title=f"cce_duck {cce_duck.__version__} chat loop ({chat_loop.STEPS} steps "
+                        f"at turns {chat_loop.START + chat_loop.WARMUP}-"
+                        f"{chat_loop.START + chat_loop.WARMUP + chat_loop.STEPS - 1})")
+    for col in ("embedder", "durability", "step p50 ms", "step p95 ms", "floor p50 ms",
+                "p50/floor", "p95/floor", "load"):
+        table.add_column(col, justify="right")
+    for f in results:
+        table.add_row(f["embedder"], f["durability"], f"{f['step_p50_ms']:.2f}",
+                      f"{f['step_p95_ms']:.2f}", f"{f['floor_p50_ms']:.2f}",
+                      f"{f['step_p50_vs_floor']:.1f}", f"{f['step_p95_vs_floor']:.1f}",
+                      f"{f['load_avg_1m_start']:.1f}-{f['load_avg_1m_end']:.1f}")
+    console.print(table)
+    for c in checks:
+        word = "PASS" if c["pass"] else "FAIL"
+        console.print(f"{word}  {c['label']} ({c['embedder']}): {c['value']:.2f} {c['op']} "
+                      f"{c['target']:g}", markup=False, highlight=False)
+    doc = {
+        "benchmark": "chat_loop", "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cce_duck_version": cce_duck.__version__, "git_commit": _git_commit(),
+        "cpu_count": os.cpu_count(), "wall_s": time.perf_counter() - started,
+        "figures": results, "checks": checks,
+    }
+    path = out or HERE / "results" / f"chat-loop-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    console.print(f"results written to {path}")
     return 0 if all(c["pass"] for c in checks) else 1
 
 

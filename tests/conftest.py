@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -12,6 +13,12 @@ import polars as pl
 import pytest
 
 from cce_duck import Engine
+
+# pytest-xdist workers start with COLUMNS=80 and LINES=24 in their environment; a Rich console
+# created at import time would keep that width for good, while the CLI tests choose a width
+# per call (CliRunner's env). Tests see the same environment however pytest runs them.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

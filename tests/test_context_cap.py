@@ -128,6 +128,7 @@ def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         yield c
 
 
+@pytest.mark.processes
 @adapter_settings
 @a_history
 def test_rest_context_never_costs_more_than_the_history(
@@ -153,6 +154,7 @@ def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpClient]:
         yield client
 
 
+@pytest.mark.processes
 @adapter_settings
 @a_history
 def test_mcp_context_never_costs_more_than_the_history(
@@ -191,6 +193,7 @@ question_text = st.lists(st.sampled_from(["what", "did", "we", "pick", "duckdb",
                          min_size=1, max_size=8).map(" ".join)
 
 
+@pytest.mark.processes
 @adapter_settings
 @given(history=st.lists(chat_message, max_size=40), system=st.none() | content.filter(
     lambda s: estimate_tokens(s) < 40), question=question_text)

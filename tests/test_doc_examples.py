@@ -9,6 +9,7 @@ same folder: a reader who runs its examples again gets no error.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,23 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     _run(page)
     if page.name == "README.md":
         assert _run(page) > 0  # again, on the folder the first run left
+
+
+def test_relative_links_lead_to_files() -> None:
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text("utf-8")):
+            if "://" not in target:
+                assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_readme_first_screen_installs_and_shows_a_first_context() -> None:
+    lines = (ROOT / "README.md").read_text("utf-8").splitlines()
+    first = "\n".join(lines[:80])
+    assert "## Install" in first
+    assert "pip install -e ." in first  # from a clone
+    assert "pip install dist/cce_duck" in first  # as a package
+    assert "```python" in first
+    assert "eng.context(" in first
+    assert "cce context " in first
+    assert "## Two commands" in "\n".join(lines)
+    assert "make test" in "\n".join(lines)

@@ -178,6 +178,6 @@ def test_killed_erasure_leaves_no_forgotten_byte(tmp_path: Path, forkserver: Any
     print(f"\n{op}: {kills} kills, window {window:.3f} s, seed {seed}: {dict(outcomes)}")
     # most kills must land inside the operation, or the test proves little
     if op == "compact":
-        assert outcomes["rewrite copy cleaned"] >= 1, dict(outcomes)
+        assert outcomes["unchanged"] >= kills // 3, dict(outcomes)
     else:
         assert outcomes["rolled forward"] >= kills // 3, dict(outcomes)

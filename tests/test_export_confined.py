@@ -92,6 +92,7 @@ def test_library_export_confined(tmp_path: Path) -> None:
     assert files_outside(tmp_path, exports) == files
 
 
+@pytest.mark.processes
 def test_mcp_export_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     exports = setup(tmp_path)
     before, files = snapshot(tmp_path / "data"), files_outside(tmp_path, exports)
@@ -122,6 +123,7 @@ def test_mcp_export_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert not Path("/tmp/cce-export-escape.json").exists()
 
 
+@pytest.mark.processes
 def test_mcp_export_without_export_folder_writes_nothing(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     exports = setup(tmp_path)

@@ -139,6 +139,7 @@ def test_close_on_a_full_disk_never_raises_and_loses_nothing(tmpfs: Path, key: s
                                       f"{'encrypted' if key else 'plain'}")
 
 
+@pytest.mark.processes
 def test_rest_answers_507_and_health_503_then_recovers(tmpfs: Path) -> None:
     folder = tmpfs / "data"
     ledger = Ledger()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -15,6 +16,7 @@ from tests.servers import cce_server
 CDN = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css"
 
 
+@pytest.mark.browser
 def test_docs_render_with_every_external_host_blocked(tmp_path: Path) -> None:
     with cce_server(["rest"], tmp_path / "data") as (base, _proc), \
             chromium(tmp_path, offline=True) as driver:

@@ -61,6 +61,7 @@ def folder(tmp_path: Path) -> Path:
     return data
 
 
+@pytest.mark.processes
 def test_wrong_types_and_bad_utf8_change_nothing(folder: Path) -> None:
     with cce_server(["rest"], folder) as (base, _), httpx.Client(base_url=base, timeout=60) as c:
         before = memory(c)

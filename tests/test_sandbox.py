@@ -216,6 +216,19 @@ def test_in_memory_engine_has_no_file_access(tmp_path: Path) -> None:
     assert not (tmp_path / "m.csv").exists()
 
 
+def test_spill_directory_stays_usable_inside_the_folder(tmp_path: Path) -> None:
+    """A query larger than DuckDB's memory limit spills into the folder's own temp directory
+    under the seal; an in-memory engine (no spill directory at all) runs out of memory."""
+    big = "SELECT count(*) AS n FROM (SELECT DISTINCT md5(range::VARCHAR) FROM range(2000000))"
+    with Engine(data_dir=tmp_path / "data", embedder="hash", duckdb_memory_mb=64) as eng:
+        assert read_only_query(eng, big)["n"].item() == 2_000_000
+        tmp = eng.sql("SELECT current_setting('temp_directory') AS t")["t"].item()
+        assert Path(tmp).parent == (tmp_path / "data").resolve()
+    with Engine(data_dir=None, embedder="hash", duckdb_memory_mb=64) as eng, \
+            pytest.raises(ValidationError, match="Out of Memory"):
+        read_only_query(eng, big)
+
+
 def test_encrypted_folder_is_sealed_after_httpfs(tmp_path: Path) -> None:
     arena = make_arena(tmp_path / "plain")  # the secrets and the other folder
     data = tmp_path / "enc"
@@ -242,6 +255,7 @@ def test_encrypted_folder_is_sealed_after_httpfs(tmp_path: Path) -> None:
 # -- the three adapter routes ---------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_rest_route(arena: Arena) -> None:
     before, files = memory(arena.data), outside_files(arena)
     answers = []
@@ -264,6 +278,7 @@ def test_rest_route(arena: Arena) -> None:
     assert_untouched(arena, before, files, answers)
 
 
+@pytest.mark.processes
 def test_mcp_route(arena: Arena, tmp_path: Path) -> None:
     before, files = memory(arena.data), outside_files(arena)
     answers: list[str] = []
@@ -292,6 +307,7 @@ def _cli_env() -> dict[str, str]:
     return {**os.environ, "CCE_EMBEDDER": "hash", "COLUMNS": "100000", "PYTHONUNBUFFERED": "1"}
 
 
+@pytest.mark.processes
 def test_cli_shell_route(arena: Arena) -> None:
     """One ``cce sql`` process reads every statement from stdin, a marker query after each, so
     each refusal is matched to its statement (stdout and stderr merged, unbuffered)."""
@@ -322,6 +338,7 @@ ISSUE_STATEMENTS = [
 ]
 
 
+@pytest.mark.processes
 def test_cli_one_shot_route(arena: Arena) -> None:
     before, files = memory(arena.data), outside_files(arena)
     answers = []
@@ -340,6 +357,7 @@ def test_cli_one_shot_route(arena: Arena) -> None:
     assert_untouched(arena, before, files, answers)
 
 
+@pytest.mark.processes
 def test_cli_write_stays_inside_the_store(arena: Arena) -> None:
     """``cce sql --write`` changes memory on request, but no file outside and no setting."""
     files = outside_files(arena)
@@ -361,6 +379,7 @@ def test_cli_write_stays_inside_the_store(arena: Arena) -> None:
     assert outside_files(arena) == files
 
 
+@pytest.mark.processes
 def test_mcp_server_keeps_serving_after_refusals(arena: Arena, tmp_path: Path) -> None:
     """Refusals do not disturb the server: calls made before and after answer the same."""
     async def body(_: Any, call: Call) -> None:

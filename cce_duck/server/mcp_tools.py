@@ -20,18 +20,17 @@ from pydantic import ConfigDict, Field
 
 from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
-from cce_duck.allocator import tune_owned_process
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
-from cce_duck.server.models import MessageIn
+from cce_duck.server.models import ChatMessageIn, MessageIn
 from cce_duck.server.serial import Serialized
 
-__all__ = ["build_server", "main", "run_stdio"]
+__all__ = ["build_server", "run_stdio"]
 
 T = TypeVar("T")
 
-SessionId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+SessionId = Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]  # 1+ chars
 Text = Annotated[str, Field(min_length=1, max_length=1_000_000)]
 Time = Annotated[str | None, Field(None, max_length=64, description="ISO-8601 date/time")]
 UserId = Annotated[str | None, Field(None, max_length=64)]  # checked as session ids are
@@ -124,9 +123,9 @@ def build_server(engine: Engine) -> MCPServer[Any]:
     @server.tool(annotations=ADD)
     def cce_ingest_turn(session_id: SessionId, role: Role, content: Text, timestamp: Time = None,
                         name: Annotated[str | None, Field(None, max_length=128)] = None,
-                        id: Annotated[str | None, Field(None, min_length=1, max_length=128)] = None,
+                        id: Annotated[str | None, Field(None, max_length=128)] = None,
                         user_id: UserId = None) -> dict[str, Any]:
-        """Store one message; its turn number (a retry with the same id stores it once)."""
+        """Store one message; returns its turn number."""
         turn = eng.call(e.add_message, session_id, role, content, timestamp, name, message_id=id,
                         user_id=user_id)
         return {"session_id": session_id, "turn": turn}
@@ -201,7 +200,7 @@ def build_server(engine: Engine) -> MCPServer[Any]:
         return {"sessions": _jsonable(eng.call(e.sessions).to_dicts())}
 
     @server.tool(annotations=READ)
-    def cce_stateless_compress(messages: Annotated[list[MessageIn], Field(min_length=1,
+    def cce_stateless_compress(messages: Annotated[list[ChatMessageIn], Field(min_length=1,
                                                                           max_length=10_000)],
                                query: Text, max_tokens: Budget = None) -> dict[str, Any]:
         """Compress a history for one question; nothing is stored."""
@@ -273,10 +272,3 @@ def run_stdio(config: Config) -> None:
     """Serve over stdin/stdout until the client closes the pipe."""
     with Engine(config) as engine:
         build_server(engine).run("stdio")
-
-
-def main() -> None:
-    """Entry point of the ``cce-mcp`` script (data folder from ``CCE_DATA_DIR``; a process
-    cce_duck owns: the allocator is tuned)."""
-    tune_owned_process()
-    run_stdio(Config.from_env())

@@ -18,10 +18,11 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cce_duck import clock
 from cce_duck.errors import CCEError, LLMError, ValidationError
 from cce_duck.llm.client import LLM
 from cce_duck.tools.okf import atomic_write
@@ -198,7 +199,7 @@ class Evolver:
     def apply(self, pb: Playbook, ops: list[Operation], credit: Mapping[str, list[int]],
               step: StepLog) -> None:
         """Apply operations and credits in one transaction; log what was applied."""
-        now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+        now = clock.now(whole_seconds=True)
         bullets = {b.id: b for b in pb.bullets()}
         for key in ("helpful", "harmful"):
             for bid in credit.get(key, []):

@@ -360,6 +360,9 @@ export class CCEClient {
   addMessage(sessionId: string, role: Role, content: string, options?: { timestamp?: string; name?: string }): Promise<number>;
   context(sessionId: string, query: string, options?: { maxTokens?: number; topK?: number; since?: string; until?: string;
     lastTurns?: number; explain?: boolean }): Promise<RemoteContext>;
+  /** `POST /v1/sessions/{id}/search`: ranked turns with their scores and text (times as ISO strings). */
+  search(sessionId: string, query: string, options?: { k?: number; since?: string; until?: string; lastTurns?: number }
+  ): Promise<(Omit<Hit, "ts"> & { ts: string; content: string })[]>;
   stats(sessionId: string): Promise<RemoteStats>;
   summary(sessionId: string): Promise<string | null>;
   close(sessionId: string): Promise<string>;

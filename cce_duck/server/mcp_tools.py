@@ -23,14 +23,14 @@ from cce_duck.adhoc import read_only_query
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
-from cce_duck.server.models import MessageIn
+from cce_duck.server.models import ChatMessageIn, MessageIn
 from cce_duck.server.serial import Serialized
 
 __all__ = ["build_server", "run_stdio"]
 
 T = TypeVar("T")
 
-SessionId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+SessionId = Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]  # 1+ chars
 Text = Annotated[str, Field(min_length=1, max_length=1_000_000)]
 Time = Annotated[str | None, Field(None, max_length=64, description="ISO-8601 date/time")]
 Role = Literal["system", "user", "assistant", "tool"]
@@ -122,10 +122,9 @@ def build_server(engine: Engine) -> MCPServer[Any]:
     @server.tool(annotations=ADD)
     def cce_ingest_turn(session_id: SessionId, role: Role, content: Text, timestamp: Time = None,
                         name: Annotated[str | None, Field(None, max_length=128)] = None,
-                        id: Annotated[str | None, Field(None, min_length=1, max_length=128)] = None
+                        id: Annotated[str | None, Field(None, max_length=128)] = None
                         ) -> dict[str, Any]:
-        """Store one message; returns its turn number. With ``id`` (the client's message id) a
-        retry stores nothing twice and returns the same number."""
+        """Store one message; returns its turn number."""
         turn = eng.call(e.add_message, session_id, role, content, timestamp, name, message_id=id)
         return {"session_id": session_id, "turn": turn}
 
@@ -192,7 +191,7 @@ def build_server(engine: Engine) -> MCPServer[Any]:
         return {"sessions": _jsonable(eng.call(e.sessions).to_dicts())}
 
     @server.tool(annotations=READ)
-    def cce_stateless_compress(messages: Annotated[list[MessageIn], Field(min_length=1,
+    def cce_stateless_compress(messages: Annotated[list[ChatMessageIn], Field(min_length=1,
                                                                           max_length=10_000)],
                                query: Text, max_tokens: Budget = None) -> dict[str, Any]:
         """Compress a history for one question; nothing is stored."""

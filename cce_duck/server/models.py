@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "ChatMessageIn",
     "CompressIn",
     "ContextIn",
     "ForgetIn",
@@ -31,16 +32,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class MessageIn(_Strict):
+class ChatMessageIn(_Strict):
     """One chat message."""
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str = Field(min_length=1, max_length=MAX_TEXT)
     timestamp: str | None = Field(None, max_length=64, description="ISO-8601 time (default: now)")
     name: str | None = Field(None, max_length=128, description="Speaker's display name")
-    id: str | None = Field(None, min_length=1, max_length=128,
-                           description="Client's id of the message: a retry with the same id "
-                           "stores nothing twice and returns the same turn number")
+
+
+class MessageIn(ChatMessageIn):
+    """One chat message."""
+
+    id: str | None = Field(None, max_length=128, description="Client id: a retry stores it once")
 
 
 class MessagesIn(_Strict):
@@ -74,7 +78,7 @@ class SearchIn(_Strict):
 class CompressIn(_Strict):
     """A stateless compression: nothing is stored."""
 
-    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
+    messages: list[ChatMessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
     query: str = Field(min_length=1, max_length=MAX_TEXT)
     max_tokens: int | None = Field(None, gt=0, le=1_000_000)
 

@@ -47,6 +47,7 @@ from rich.table import Table
 
 import cce_duck
 from cce_duck.allocator import tune_owned_process
+from cce_duck.context import HITS_PER_NOTE
 from cce_duck.store import DB_FILE
 from cce_duck.writer import JOURNAL_FILE
 
@@ -354,6 +355,8 @@ def query_latency(convs: list[Conversation], embedder: str, steps: Steps, questi
                 times.append((time.perf_counter() - t0) * 1e3)
                 tokens.append(payload.tokens)
                 advance(1)
+        if tag == "1k":
+            out.update(ranking_latency(eng, ids, questions, steps, tag))
         eng.close()
         out[f"query_{tag}_db_mb_per_1k_msgs"] = (db_bytes(folder) / 1e6
                                                   / (out[f"query_{tag}_messages"] / 1000))
@@ -361,6 +364,67 @@ def query_latency(convs: list[Conversation], embedder: str, steps: Steps, questi
     out[f"query_{tag}_p95_ms"] = pct(times, 0.95)
     out[f"query_{tag}_max_tokens_seen"] = max(tokens)
     return out
+
+
+def ranking_latency(eng: cce_duck.Engine, ids: list[str], questions: list[str], steps: Steps,
+                    tag: str) -> dict[str, Any]:
+    """The ranking a context is built from, timed both ways in this process on the same
+    sessions and questions: the in-process index (``cce_duck.ranking`` on NumPy) and the
+    ``cce_retrieve`` macro, alternating which goes first; their orders are compared too. The
+    question vectors are embedded beforehand (both ways reuse the cached vector)."""
+    k = HITS_PER_NOTE * eng.config.top_k
+    eng.store.embedder.embed(questions, "query")
+    t_index: list[float] = []
+    t_macro: list[float] = []
+    same = 0
+
+    def by_index(sid: str, q: str) -> list[int]:
+        state = eng.store.q("session_state", {"sid": sid}).fetchone()
+        assert state is not None
+        idx = eng.index.get(eng.store, sid, (state[1], int(state[0])))
+        qv = eng.store.embedder.embed([q], "query")[0]
+        hits = idx.retrieve(qv, q, next_turn=int(state[0]), k=k, conversation=True)
+        return [h["turn_no"] for h in hits]
+
+    def by_macro(sid: str, q: str) -> list[int]:
+        rows = eng.store.con.execute("SELECT turn_no FROM cce_retrieve(?, ?, k := ?)",
+                                     [sid, q, k]).fetchall()
+        return [int(r[0]) for r in rows]
+
+    with steps.step(f"{eng.store.embedder.name}: ranking, index and macro, at {tag}",
+                    len(questions)) as advance:
+        for i, q in enumerate(questions):
+            sid = ids[i % len(ids)]
+            order = [(by_index, t_index), (by_macro, t_macro)]
+            got: dict[int, list[int]] = {}
+            for fn, times in order if i % 2 == 0 else order[::-1]:
+                t0 = time.perf_counter()
+                got[id(times)] = fn(sid, q)
+                times.append((time.perf_counter() - t0) * 1e3)
+            same += got[id(t_index)] == got[id(t_macro)]
+            advance(1)
+    out = {f"rank_{tag}_index_p50_ms": pct(t_index, 0.5),
+           f"rank_{tag}_macro_p50_ms": pct(t_macro, 0.5),
+           f"rank_{tag}_macro_p95_ms": pct(t_macro, 0.95),
+           f"rank_{tag}_orders_identical": f"{same}/{len(questions)}"}
+    out[f"rank_{tag}_macro_vs_index"] = out[f"rank_{tag}_macro_p50_ms"] / out[
+        f"rank_{tag}_index_p50_ms"]
+    return out
+
+
+def ranking_only(convs: list[Conversation], embedder: str, steps: Steps, questions: list[str],
+                 per_session: int) -> dict[str, Any]:
+    """``--only-ranking``: one session of ``per_session`` messages, the ranking timed both ways."""
+    with fresh_folder() as folder:
+        eng = cce_duck.Engine(data_dir=folder, embedder=embedder)
+        warm(eng)
+        eng.ingest("bench-000", stream(convs, per_session))
+        for q in WARM_QUERIES:
+            eng.context("bench-000", q, max_tokens=1000)
+        try:
+            return ranking_latency(eng, ["bench-000"], questions, steps, "1k")
+        finally:
+            eng.close()
 
 
 def memory_child(data: Path, embedder: str, notes_target: int, per_session: int) -> None:
@@ -471,6 +535,10 @@ FIGURES: list[tuple[str, str, str]] = [  # key, label, format
     ("bulk_msgs_per_s", "bulk ingestion (msg/s)", "{:,.0f}"),
     ("query_1k_p50_ms", "query p50 @1k (ms, gate)", "{:.1f}"),
     ("query_1k_p95_ms", "query p95 @1k (ms)", "{:.1f}"),
+    ("rank_1k_index_p50_ms", "ranking p50 @1k, in-process index (ms)", "{:.1f}"),
+    ("rank_1k_macro_p50_ms", "ranking p50 @1k, cce_retrieve macro (ms)", "{:.1f}"),
+    ("rank_1k_macro_vs_index", "ratio: macro / index ranking p50 @1k", "{:.1f}"),
+    ("rank_1k_orders_identical", "macro and index orders identical @1k", "{}"),
     ("query_20k_p50_ms", "query p50 @20k/20 sessions (ms)", "{:.1f}"),
     ("query_20k_p95_ms", "query p95 @20k/20 sessions (ms, gate)", "{:.1f}"),
     ("query_20k_setup_s", "setup of the 20k folder (s)", "{:.1f}"),
@@ -525,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chat-loop", action="store_true",
                     help="only the chat loop: add_message then context, 100 steps (chat_loop.py)")
     ap.add_argument("--skip-memory", action="store_true", help="no memory child processes")
+    ap.add_argument("--only-ranking", action="store_true",
+                    help="only the ranking at 1k messages, index beside macro (no gates)")
     ap.add_argument("--child-memory", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--notes", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--per-session", type=int, default=1000, help=argparse.SUPPRESS)
@@ -576,6 +646,11 @@ def main(argv: list[str] | None = None) -> int:
         steps = Steps(progress)
         for emb in wanted:
             fig: dict[str, Any] = {"load_avg_1m_start": os.getloadavg()[0]}
+            if args.only_ranking:
+                fig.update(ranking_only(convs, emb, steps, questions, per_session))
+                fig["load_avg_1m_end"] = os.getloadavg()[0]
+                results[emb] = fig
+                continue
             repeats = args.repeats or (3 if emb == "hash" else 1)
             fig["ingestion_repeats"] = repeats
             fig.update(baselines(convs, threads, emb))
@@ -593,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
             fig["load_avg_1m_end"] = os.getloadavg()[0]
             results[emb] = fig
 
-    checks = check(results)
+    checks = [] if args.only_ranking else check(results)
     report(console, results, checks)
     doc = {
         "benchmark": "speed", "date": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -28,6 +28,16 @@ export interface EngineOptions {
   rrfK?: number;
   flushEvery?: number;
   dim?: number;
+  /** The embedder (default null: a HashEmbedder of `dim`); any object with the same members. */
+  embedder?: Embedder | null;
+}
+
+/** What the lite engine needs of an embedder (HashEmbedder is one). */
+export interface Embedder {
+  readonly dim: number;
+  readonly topicThreshold: number;
+  embed(text: string): ArrayLike<number>;
+  embedSpans(text: string, spans: [number, number][]): { whole: ArrayLike<number>; parts: ArrayLike<number>[] };
 }
 
 export const DEFAULTS: Readonly<Required<EngineOptions>>;
@@ -76,7 +86,11 @@ export interface Hit {
   best_sentence: number | null;
   bm25: number;
   recency: number;
+  asks: boolean;
+  n_terms: number;
   fused: number;
+  /** The conversation score (retrieve with `conversation: true`, and context hits). */
+  score?: number;
   rank: number;
 }
 
@@ -175,7 +189,9 @@ export class LiteEngine {
   unpin(sessionId: string, pinId: number): void;
   pins(sessionId: string): { pinId: number; text: string }[];
   retrieve(sessionId: string, query: string, options?: { k?: number; since?: string | null; until?: string | null;
-    lastTurns?: number | null; beforeTurn?: number | null; recencyWeight?: number; rrfK?: number }): Hit[];
+    lastTurns?: number | null; beforeTurn?: number | null; recencyWeight?: number; rrfK?: number;
+    /** The order a context is built from: replies added, conversation score (default false). */
+    conversation?: boolean }): Hit[];
   search(sessionId: string, query: string, k?: number): (Hit & { content: string })[];
   context(sessionId: string, query: string, options?: ContextOptions): ContextPayload;
   turns(sessionId: string): TurnRow[];
@@ -344,6 +360,9 @@ export class CCEClient {
   addMessage(sessionId: string, role: Role, content: string, options?: { timestamp?: string; name?: string }): Promise<number>;
   context(sessionId: string, query: string, options?: { maxTokens?: number; topK?: number; since?: string; until?: string;
     lastTurns?: number; explain?: boolean }): Promise<RemoteContext>;
+  /** `POST /v1/sessions/{id}/search`: ranked turns with their scores and text (times as ISO strings). */
+  search(sessionId: string, query: string, options?: { k?: number; since?: string; until?: string; lastTurns?: number }
+  ): Promise<(Omit<Hit, "ts"> & { ts: string; content: string })[]>;
   stats(sessionId: string): Promise<RemoteStats>;
   summary(sessionId: string): Promise<string | null>;
   close(sessionId: string): Promise<string>;

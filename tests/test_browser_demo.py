@@ -58,6 +58,11 @@ def test_demo_splits_topics_and_compares_context(tmp_path: Path) -> None:
         assert len(expected) >= 3
         assert [s.split(" · ")[0] for s in shown[: len(expected)]] == expected
         assert shown[-1].startswith("Recent messages (kept verbatim)")
+        # the recent card lists the six hot messages themselves
+        recent = driver.find_elements(By.CSS_SELECTOR, "#topics .topic ul.recent li")
+        lines = [ln for ln in transcript.splitlines() if ln.strip()]
+        assert len(recent) == 6
+        assert recent[-1].text.split(": ", 1)[1] == lines[-1].split(": ", 1)[1]
         summary = driver.find_element(By.ID, "summary").text
         assert summary == f"40 messages → {len(expected)} topics + 6 recent"
         driver.find_element(By.ID, "ask-button").click()
@@ -76,7 +81,8 @@ def test_demo_splits_topics_and_compares_context(tmp_path: Path) -> None:
         assert shot.stat().st_size > 30_000
         Path("/tmp/cce_demo.png").write_bytes(shot.read_bytes())
 
-        # a pasted conversation of its own; bad input shows an error and no topics
+        # a pasted conversation of its own; bad input shows an error, and no topics nor any
+        # result of the conversation before (its context and savings included)
         box = driver.find_element(By.ID, "conversation")
         box.clear()
         box.send_keys("not a transcript")
@@ -84,6 +90,9 @@ def test_demo_splits_topics_and_compares_context(tmp_path: Path) -> None:
         wait.until(lambda d: d.find_element(By.ID, "error").text)
         assert "User:" in driver.find_element(By.ID, "error").text
         assert not driver.find_elements(By.CSS_SELECTOR, "#topics .topic")
+        for stale in ("summary", "history", "context", "savings"):
+            assert driver.find_element(By.ID, stale).text == "", stale
+        assert driver.find_element(By.ID, "history-tokens").text == "0"
         own = "\n".join(
             f"{'User' if i % 2 == 0 else 'Assistant'}: {line}" for i, line in enumerate([
                 "Let's plan the database migration to DuckDB.",

@@ -154,6 +154,7 @@ def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpClient]:
         yield client
 
 
+@pytest.mark.processes
 @adapter_settings
 @a_history
 def test_mcp_context_never_costs_more_than_the_history(

@@ -26,13 +26,20 @@ def _text(driver: object, element_id: str) -> str:
 def test_dashboard_replays_and_shows_the_context(tmp_path: Path) -> None:
     with cce_server(["ui"], tmp_path / "data") as (base, _proc), chromium(tmp_path) as driver:
         # everything the page loads is served by this app (no CDN)
-        for name in ("", "dashboard.js", "dashboard.css"):
+        for name in ("", "dashboard.js", "dashboard.css", "favicon.svg"):
             res = httpx.get(f"{base}/ui/{name}")
             assert res.status_code == 200
             assert "http" not in re.sub(r'"http://www.w3.org/2000/svg"', "", res.text), name
         driver.get(base + "/ui/?session=replay-1")
         wait = WebDriverWait(driver, 120, poll_frequency=0.2)
         wait.until(lambda d: _text(d, "status") == "ready")
+        # a new session: nothing asked that does not exist (no 404 in the console), and an icon
+        assert [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
+        icon = driver.execute_script("return document.querySelector('link[rel=icon]').href")
+        assert icon == base + "/ui/favicon.svg"
+        assert httpx.get(icon).headers["content-type"].startswith("image/svg+xml")
+        assert "favicon.ico" not in " ".join(driver.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)"))
         Select(driver.find_element(By.ID, "delay")).select_by_value("0")
         driver.find_element(By.ID, "replay").click()
         wait.until(lambda d: _text(d, "status").startswith("replay done"))
@@ -114,6 +121,7 @@ def test_dashboard_replays_and_shows_the_context(tmp_path: Path) -> None:
         driver.find_element(By.ID, "send").click()
         wait.until(lambda d: "stored turn 40" in _text(d, "status"))
         assert "loading dock door sensor is D-7" in _text(driver, "tier-hot")
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
         shot = tmp_path / "dashboard.png"
         assert driver.save_screenshot(str(shot))
         assert shot.stat().st_size > 50_000

@@ -12,7 +12,8 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-PROCESS_STARTERS = {"cce_server", "run_client", "stdio_client", "Popen", "executable", "CCE"}
+PROCESS_STARTERS = {"cce_server", "run_client", "stdio_client", "McpClient", "Popen", "executable",
+                    "CCE"}
 BROWSER_STARTERS = {"chromium"}
 
 

@@ -268,8 +268,8 @@ def test_search_annotations_and_short_results(tmp_path: Path) -> None:
                                                         "cce_export_session"}), tool.name
             assert "title" not in json.dumps(tool.input_schema), tool.name
             assert len(tool.description or "") <= 90, tool.name
-        # 13 tools in 8,775 characters (2026-12-01; 12 tools took 9,824 before); the client
-        # message id (`id` in cce_ingest_turn and the stored messages) brought it just under 9,000
+        # 13 tools in 8,845 characters, annotations and the client message id included
+        # (2026-12-01, benchmarks/mcp_payload.py); 12 tools took 9,824 before
         assert len(listed.model_dump_json(by_alias=True, exclude_none=True)) < 9_000
         err, out = await call("cce_ingest_history", {"session_id": "s1",
                                                      "messages": jmsgs(topic_messages())})

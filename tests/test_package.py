@@ -33,6 +33,7 @@ CHECK = textwrap.dedent("""
     for name in manifest:
         assert (sql / name).is_file(), name
     assert (sql / "schema.sql").is_file() and (sql / "queries.sql").is_file()
+    assert json.loads((sql / "ranking_v1.json").read_text("utf-8"))["version"] == 1
     assert sorted("macros/" + m + ".sql" for m in macro_files()) == sorted(
         n for n in manifest if n.startswith("macros/"))
     assert migrations.SCHEMA_VERSION == len(migration_files()) >= 1

@@ -30,7 +30,7 @@ __all__ = ["build_server", "run_stdio"]
 
 T = TypeVar("T")
 
-SessionId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+SessionId = Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]  # 1+ chars
 Text = Annotated[str, Field(min_length=1, max_length=1_000_000)]
 Time = Annotated[str | None, Field(None, max_length=64, description="ISO-8601 date/time")]
 Role = Literal["system", "user", "assistant", "tool"]

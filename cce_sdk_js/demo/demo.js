@@ -15,8 +15,25 @@
     return CCE.parseTranscript(t);
   }
 
+  // every result shown, emptied (before new results, and when an error replaces them)
+  function clearResults() {
+    $("topics").replaceChildren();
+    ["summary", "history", "context", "savings"].forEach(function (id) { $(id).textContent = ""; });
+    $("history-tokens").textContent = "0";
+    $("context-tokens").textContent = "0";
+    $("bar").style.width = "0";
+  }
+
+  function clearContext() {
+    $("context").textContent = "";
+    $("context-tokens").textContent = "0";
+    $("savings").textContent = "";
+    $("bar").style.width = "0";
+  }
+
   function split() {
     $("error").textContent = "";
+    clearResults();
     try {
       var messages = parse($("conversation").value);
       // pasted text has no times: one minute apart, so only the words decide the topics
@@ -27,7 +44,7 @@
       render();
     } catch (err) {
       engine = null;
-      $("topics").replaceChildren();
+      clearResults();
       $("error").textContent = err.message;
     }
   }
@@ -59,7 +76,14 @@
       var span = document.createElement("div");
       span.className = "turns";
       span.textContent = "messages " + (recent[0].turn_no + 1) + "–" + (recent[recent.length - 1].turn_no + 1);
-      box.append(h, span);
+      var list = document.createElement("ul");
+      list.className = "recent";
+      recent.forEach(function (t) {
+        var item = document.createElement("li");
+        item.textContent = (t.speaker || t.role) + ": " + t.content;
+        list.appendChild(item);
+      });
+      box.append(h, span, list);
       boxes.push(box);
     }
     $("topics").replaceChildren.apply($("topics"), boxes);
@@ -72,17 +96,22 @@
     ev.preventDefault();
     if (!engine) split();
     if (!engine) return;
+    clearContext();
     try {
-      var p = engine.context(SID, $("question").value, { maxTokens: Number($("max-tokens").value) || 400 });
+      var budget = $("max-tokens").value.trim();
+      var p = engine.context(SID, $("question").value, { maxTokens: budget === "" ? 400 : Number(budget) });
+      var full = p.fullTokens + p.pinTokens;  // what sending the history as it is would cost
       $("context").textContent = p.toString();
       $("context-tokens").textContent = p.tokens;
-      $("history-tokens").textContent = p.fullTokens;
-      var pct = Math.round(100 * p.tokens / Math.max(1, p.fullTokens));
+      $("history-tokens").textContent = full;
+      var pct = Math.round(100 * p.tokens / Math.max(1, full));
       $("bar").style.width = Math.min(100, pct) + "%";
-      $("savings").textContent = "The model gets " + p.tokens + " of " + p.fullTokens + " tokens (" + pct + "%), "
-        + p.notes.length + " topic" + (p.notes.length === 1 ? "" : "s") + " quoted.";
+      $("savings").textContent = "The model gets " + p.tokens + " of " + full + " tokens (" + pct + "%), "
+        + (p.verbatim ? "the whole history: it fits." : p.notes.length + " topic"
+        + (p.notes.length === 1 ? "" : "s") + " quoted.");
       $("error").textContent = "";
     } catch (err) {
+      clearContext();
       $("error").textContent = err.message;
     }
   }

@@ -82,6 +82,12 @@ export class CCEClient {
       query, max_tokens: maxTokens, top_k: topK, since, until, last_turns: lastTurns, explain }));
   }
 
+  /** The `k` best-ranked turns for `query` with their scores and text, best first. */
+  async search(sessionId, query, { k, since, until, lastTurns } = {}) {
+    return (await this._request("POST", `/v1/sessions/${sid(sessionId)}/search`, clean({
+      query, k, since, until, last_turns: lastTurns }))).hits;
+  }
+
   /** Sizes, tiers and compression of one session. */
   stats(sessionId) { return this._request("GET", `/v1/sessions/${sid(sessionId)}/stats`); }
 

@@ -54,6 +54,11 @@ test("messages, context with explain, stats: the server chooses what the lite en
   }
   const ctx = await user.context("user-1", "What freezer alert threshold did we settle on?", { maxTokens: 400 });
   assert.match(ctx.memory, /-16 °C/);
+  const hits = await user.search("user-1", "freezer alert threshold", { k: 5 });
+  assert.deepEqual(hits.map((h) => h.turn_no), lite.search("user-1", "freezer alert threshold", 5).map((h) => h.turn_no));
+  assert.deepEqual(hits.map((h) => h.rank), [1, 2, 3, 4, 5]);
+  assert.ok((await user.search("user-1", "freezer", { k: 50, lastTurns: 3 })).every((h) => h.turn_no >= messages.length - 3));
+  await assert.rejects(user.search("user-1", "freezer", { k: 0 }), ValidationError);
   assert.equal(ctx.messages[0].role, "system");
   const stats = await user.stats("user-1");
   assert.equal(stats.turns, messages.length);

@@ -2,7 +2,8 @@
 (function () {
   "use strict";
   const $ = (id) => document.getElementById(id);
-  const state = { replaying: false, stop: false, series: [] };
+  // known: whether the session exists (null: not asked yet); a new one is not asked for its turns
+  const state = { replaying: false, stop: false, series: [], known: null };
   const url = new URL(window.location.href);
   if (url.searchParams.get("session")) $("session").value = url.searchParams.get("session");
   if (url.searchParams.get("delay") !== null) $("delay").value = url.searchParams.get("delay");
@@ -59,16 +60,27 @@
     el.scrollTop = el.scrollHeight;
   }
 
+  async function exists() {
+    if (state.known === null) {
+      const listed = (await api("GET", "/v1/sessions")).sessions;
+      state.known = listed.some((s) => s.session_id === sid());
+    }
+    return state.known;
+  }
+
   async function refresh() {
     let turns = [];
     let notes = [];
     let summary = null;
-    try {
-      turns = (await api("GET", session("/turns"))).turns;
-      notes = (await api("GET", session("/notes"))).notes;
-      summary = (await api("GET", session("/summary"))).summary;
-    } catch (err) {
-      if (err.status !== 404) throw err;
+    if (await exists()) {
+      try {
+        turns = (await api("GET", session("/turns"))).turns;
+        notes = (await api("GET", session("/notes"))).notes;
+        summary = (await api("GET", session("/summary"))).summary;
+      } catch (err) {
+        if (err.status !== 404) throw err;
+        state.known = false;  // deleted meanwhile
+      }
     }
     const hot = turns.filter((t) => t.state === "hot");
     const pending = turns.filter((t) => t.state === "pending");
@@ -130,6 +142,7 @@
     const msg = { role, content };
     if (timestamp) msg.timestamp = timestamp;
     const r = await api("POST", session("/messages"), { messages: [msg] });
+    state.known = true;
     if (role === "user") await measure(content, r.turns[0] + 1);
     return r.turns[0];
   }
@@ -207,7 +220,8 @@
   }
 
   $("apikey").addEventListener("change", () => sessionStorage.setItem("cce-key", $("apikey").value.trim()));
-  $("load").addEventListener("click", () => { loadSeries(); refresh().then(() => status("loaded " + sid(), "ok"), (e) => status(e.message, "error")); });
+  $("session").addEventListener("change", () => { state.known = null; });
+  $("load").addEventListener("click", () => { state.known = null; loadSeries(); refresh().then(() => status("loaded " + sid(), "ok"), (e) => status(e.message, "error")); });
   $("replay").addEventListener("click", replay);
   $("stop").addEventListener("click", () => { state.stop = true; });
   $("composer").addEventListener("submit", async (ev) => {

@@ -32,7 +32,7 @@ from cce_duck.errors import CCEError, ConflictError, StorageError
 from cce_duck.folder import JOURNAL_FILE
 from cce_duck.journal import Journal
 from cce_duck.messages import Message
-from cce_duck.rows import TurnRows, content_hash, registered, vectors_of
+from cce_duck.rows import Flushed, TurnRows, content_hash, registered, vectors_of
 from cce_duck.store import Store
 from cce_duck.summariser import FreshNote, Summariser
 from cce_duck.text import estimate_tokens
@@ -70,6 +70,8 @@ class Writer:
         if config.summariser == "llm" and not store.read_only:
             self.summariser = Summariser(store, config)
         self._fresh: list[FreshNote] = []  # notes of this flush that wait for a model summary
+        #: What the last flush stored (read by ``on_flush``: indexes in memory take it in).
+        self.flushed: Flushed | None = None
         if store.data_dir is not None and not store.read_only:
             self.journal = Journal(store.data_dir / JOURNAL_FILE, store.journal_codec,
                                    config.durability)
@@ -269,6 +271,8 @@ class Writer:
         finish = finish or set()
         before = self.store.generation
         self._fresh = []
+        self.flushed = Flushed(rows, dict(sessions), clock.now(),
+                               raw_dropped=not self.config.keep_raw_turns)
         try:
             with self.store.transaction() as con:
                 if rows.turns:
@@ -280,6 +284,7 @@ class Writer:
                                    hot_too=hot_too and sid in finish)
         except BaseException:
             self._fresh = []
+            self.flushed = None
             raise
         self._buffer = []
         self._ids.clear()
@@ -349,7 +354,7 @@ class Writer:
         return sessions, rows
 
     def _insert(self, con: Any, sessions: dict[str, int], rows: TurnRows) -> None:
-        now = clock.now()
+        now = self.flushed.updated_at if self.flushed is not None else clock.now()
         sess = pa.table({
             "session_id": list(sessions), "created_at": [now] * len(sessions),
             "updated_at": [now] * len(sessions),
@@ -427,6 +432,11 @@ class Writer:
                 self._fresh.append(FreshNote(sid, note_id, tuple(part), notes[-1]["raw_tokens"],
                                              summary))
         write_notes(self.store, notes, insert=True)
+        if self.flushed is not None:
+            self.flushed.notes.setdefault(sid, []).extend(
+                {k: n[k] for k in ("note_id", "label", "start_turn", "end_turn", "start_ts",
+                                   "end_ts")} for n in notes)
+            self.flushed.assigned.extend(mapping)
         cols = list(zip(*mapping, strict=True))
         mp = pa.table({"session_id": list(cols[0]), "turn_no": pa.array(cols[1], pa.int32()),
                        "note_id": pa.array(cols[2], pa.int64())})

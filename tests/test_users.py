@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import TOPICS, topic_messages
+from fake_openai import fake_upstream
 from mcp_client import McpClient
 from servers import CCE, cce_server
 
@@ -345,3 +346,34 @@ def test_rest_and_cli_delete_user(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
     assert _readable(data, kept) == []
+
+
+@pytest.mark.processes
+def test_proxy_binds_the_user_and_trims_with_the_user_memory(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with _engine(data) as eng:
+        _user_store(eng)
+    chat = [{"role": "user", "content": f"Small talk number {i} about the weather today."}
+            for i in range(30)] + [{"role": "user", "content": "How much do the piano lessons cost?"}]
+    with fake_upstream() as up, cce_server(["proxy", "--upstream", up.url, "--max-tokens", "150"],
+                                           data) as (base, _proc):
+        r = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+            "model": "m", "messages": chat}, headers={"X-CCE-Session": "alice-chat",
+                                                      "X-CCE-User": "alice"})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-cce-trimmed"] == "1"
+        sent = " ".join(m["content"] for m in up.requests[-1]["body"]["messages"])
+        assert "thirty dollars" in sent  # told in another session of alice
+        assert "session alice-4]" in sent
+        r = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+            "model": "m", "messages": chat[:2]}, headers={"X-CCE-Session": "alice-chat",
+                                                          "X-CCE-User": "bob"})
+        assert r.status_code == 409, r.text
+        r = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+            "model": "m", "messages": chat[:2]}, headers={"X-CCE-Session": "x2",
+                                                          "X-CCE-User": "../x"})
+        assert r.status_code == 400, r.text
+    with _engine(data) as eng:
+        users = {r["session_id"]: r["user_id"] for r in eng.sessions().to_dicts()}
+        assert users["alice-chat"] == "alice"
+        assert "x2" not in users

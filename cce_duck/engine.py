@@ -277,7 +277,7 @@ class Engine(ManagementMixin):
         """The token-capped context a model should receive before answering ``query``."""
         sid = validate_session_id(session_id)
         if not self.store.read_only:
-            self.writer.flush()
+            self._flush_for_context(sid)
         req = ContextRequest(
             session_id=sid, query=query,
             max_tokens=self.config.context_max_tokens if max_tokens is None else max_tokens,
@@ -292,6 +292,16 @@ class Engine(ManagementMixin):
         if not self.store.read_only:
             self.writer.note_retrieved(sid, [n["note_id"] for n in payload.notes])
         return payload
+
+    def _flush_for_context(self, sid: str) -> None:
+        """Store what is journaled, unless the only messages waiting are this session's and
+        storing them would only add them: then the session's index takes them in from memory
+        and the tables get them with the next flush (by size, by time, any other read, close)."""
+        unstored = self.writer.unstored(sid)
+        if unstored is None or not self.index.take_unstored(
+                self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
+                batch_turns=self.config.live_batch_turns):
+            self.writer.flush()
 
     def search(self, session_id: str, query: str, k: int = 10, *,
                since: datetime | str | None = None, until: datetime | str | None = None,

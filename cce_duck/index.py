@@ -11,8 +11,11 @@ Besides the scoring data it keeps what every context needs and rarely changes: p
 headers and the uncompressed tail of the session. An index is valid while the session's
 ``updated_at`` and turn counter are those it was loaded at and no write transaction committed
 since (``Store.generation``); the writer's flush names the sessions it touched, so it leaves the
-other sessions' indexes valid (``IndexCache.advance``). Any other write (pins, corrections,
-forgetting, SQL) invalidates every index: correct first, fast where it matters.
+other sessions' indexes valid, and hands over what it stored (:class:`~cce_duck.rows.Flushed`):
+a touched session's index takes in those rows (turns, vectors, sentences, postings, notes and
+the turns they compress) instead of being read again (``IndexCache.advance``,
+``SessionIndex.extend``). Any other write (pins, corrections, forgetting, SQL, a schema change)
+invalidates every index: correct first, fast where it matters.
 The cache holds a bounded number of bytes and drops the least recently used sessions first.
 """
 
@@ -37,11 +40,12 @@ from threadpoolctl import ThreadpoolController
 
 from cce_duck import ranking
 from cce_duck.embedders.base import Matrix
+from cce_duck.rows import Flushed, quantize
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, query_terms
 
-__all__ = ["Hit", "IndexCache", "SessionIndex"]
+__all__ = ["Hit", "IndexCache", "SessionIndex", "retrieve_across"]
 
 Hit = dict[str, Any]
 _ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
@@ -251,6 +255,103 @@ class SessionIndex:
             p_tf=post.column("tf").to_numpy().astype(np.float32)[order],
         )
 
+    def extend(self, flushed: Flushed, sid: str) -> bool:
+        """Take in what a flush stored for ``sid``: the new turns at the end, the notes written
+        and the turns they compress; the index is then what a load would give (scores, texts and
+        notes alike; only the vocabulary's order differs). ``False`` (the index unchanged) when
+        the flush is not a plain continuation of the rows loaded: then it must be loaded again."""
+        new = [i for i, t in enumerate(flushed.rows.turns) if t["session_id"] == sid]
+        first, stop = int(self.key[1]), flushed.next_turn.get(sid, int(self.key[1]))
+        turns = [flushed.rows.turns[i] for i in new]
+        if flushed.raw_dropped or [t["turn_no"] for t in turns] != list(range(first, stop)):
+            return False
+        assigned = [(t, n) for s, t, n in flushed.assigned if s == sid]
+        turn_no = np.concatenate([self.turn_no, np.arange(first, stop, dtype=np.int64)])
+        rows = np.searchsorted(turn_no, np.array([t for t, _ in assigned], dtype=np.int64))
+        if len(rows) and (rows.max() >= len(turn_no) or
+                          not np.array_equal(turn_no[rows], [t for t, _ in assigned])):
+            return False
+        if turns:
+            self._append(flushed, sid, new, turns, turn_no)
+        for r, (_, nid) in zip(rows, assigned, strict=True):
+            self.note_id[r] = nid
+        for n in flushed.notes.get(sid, []):
+            self.notes[int(n["note_id"])] = dict(n)
+        added = [  # the new uncompressed turns, newest first, before the older ones
+            {"turn_no": int(self.turn_no[r]), "role": self.role[r], "speaker": self.speaker[r],
+             "content": self.content[r], "ts": self.ts[r].item(), "tokens": int(self.tokens[r])}
+            for r in range(len(self.turn_no) - 1, len(self.turn_no) - len(turns) - 1, -1)
+            if self.content[r] is not None]
+        done = {t for t, _ in assigned}
+        self.uncompressed = [u for u in added + self.uncompressed if u["turn_no"] not in done]
+        self.key = (flushed.updated_at, stop)
+        self.__dict__.pop("base_bytes", None)
+        return True
+
+    def _append(self, flushed: Flushed, sid: str, new: list[int], turns: list[dict[str, Any]],
+                turn_no: np.ndarray) -> None:
+        """Append the rows of ``turns`` (the flush's rows at ``new``) to every array."""
+        stored = flushed.rows
+        dim = self.mvec.shape[1]
+        self.mvec = np.concatenate([self.mvec, _int8_matrix(
+            quantize(np.vstack([stored.mvec[i] for i in new])), dim)])
+        self.turn_no = turn_no
+        self.ts = np.concatenate([self.ts, pa.array([t["ts"] for t in turns], pa.timestamp("us"))
+                                  .to_numpy(zero_copy_only=False).astype("datetime64[us]")])
+        self.n_terms = np.concatenate([self.n_terms, np.array([t["n_terms"] for t in turns],
+                                                              dtype=np.float64)])
+        self.tokens = np.concatenate([self.tokens, np.array([t["tokens"] for t in turns],
+                                                            dtype=np.int64)])
+        self.note_id = np.concatenate([self.note_id, np.array(
+            [-1 if t["note_id"] is None else t["note_id"] for t in turns], dtype=np.int64)])
+        self.asks = np.concatenate([self.asks, np.array(
+            [bool(t["content"] is not None and _ASKS.search(t["content"])) for t in turns],
+            dtype=bool)])
+        speakers = set(self.speaker)
+        self.role += [t["role"] for t in turns]
+        self.speaker += [t["speaker"] for t in turns]
+        self.content += [t["content"] for t in turns]
+        self.micro += [t["micro"] for t in turns]
+        if "who_tokens" in self.__dict__:
+            self.who_tokens = np.concatenate([self.who_tokens, np.array(
+                [estimate_tokens(t["speaker"] or t["role"]) for t in turns], dtype=np.int64)])
+        if any(t["speaker"] not in speakers for t in turns):
+            self.__dict__.pop("speaker_terms", None)
+        # sentences: the flush's sentence rows of this session, in (turn, sentence) order
+        keep = [j for j, r in enumerate(stored.svec_rows) if r[0] == sid]
+        if keep:
+            sv = _int8_matrix(quantize(np.vstack(stored.svec)), dim)[keep]
+            srows = [stored.svec_rows[j] for j in keep]
+            self.s_row = np.concatenate([self.s_row, np.searchsorted(
+                turn_no, np.array([r[1] for r in srows], dtype=np.int64))])
+            self.s_no = np.concatenate([self.s_no, np.array([r[2] for r in srows], np.int64)])
+            self.s_start = np.concatenate([self.s_start, np.array([r[3] for r in srows],
+                                                                  np.int64)])
+            self.s_end = np.concatenate([self.s_end, np.array([r[4] for r in srows], np.int64)])
+            self.svec = np.concatenate([self.svec, sv])
+        post = [p for p in stored.post if p[0] == sid]
+        if post:
+            self._add_postings(post, turn_no)
+
+    def _add_postings(self, post: list[tuple[str, str, int, int]], turn_no: np.ndarray) -> None:
+        """Merge new postings into the term-sorted arrays (each term's new rows after its old
+        ones; a new term gets the next id)."""
+        terms = pa.array([p[1] for p in post], self.vocab.type)
+        found = pc.index_in(terms, value_set=self.vocab)
+        unseen = pc.unique(pc.filter(terms, pc.is_null(found)))
+        vocab = pa.concat_arrays([self.vocab, unseen]) if len(unseen) else self.vocab
+        ids = pc.index_in(terms, value_set=vocab).to_numpy(zero_copy_only=False).astype(np.int64)
+        old_ids = np.repeat(np.arange(len(self.vocab), dtype=np.int64), np.diff(self.p_offsets))
+        all_ids = np.concatenate([old_ids, ids])
+        order = np.argsort(all_ids, kind="stable")
+        rows = np.searchsorted(turn_no, np.array([p[2] for p in post], dtype=np.int64))
+        self.p_row = np.concatenate([self.p_row, rows.astype(np.int32)])[order]
+        self.p_tf = np.concatenate([self.p_tf, np.array([p[3] for p in post],
+                                                        dtype=np.float32)])[order]
+        counts = np.bincount(all_ids, minlength=len(vocab))
+        self.p_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.vocab = vocab
+
     @cached_property
     def who_tokens(self) -> np.ndarray:
         """(n,) int64 token estimate of who said each turn (its speaker, else its role): the
@@ -361,6 +462,92 @@ class SessionIndex:
         return ranking.bm25_scores(self.n_terms, postings)
 
 
+def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: str, *, k: int,
+                    since: datetime | None = None, until: datetime | None = None,
+                    before: dict[str, int] | None = None, recency_weight: float | None = None,
+                    rrf_k: int | None = None) -> list[Hit]:
+    """The ranking of :mod:`cce_duck.ranking` over several sessions as one conversation.
+
+    ``parts`` are the sessions in time order; their turns are laid end to end (a gap of one
+    position between two sessions, so no turn counts as the reply to another session's
+    question), and BM25 statistics, recency and the fusion are those of the whole. ``before``
+    leaves out each named session's turns from that turn number on (those sent verbatim).
+    Hits are those of :meth:`SessionIndex.retrieve` with ``conversation=True``, plus
+    ``session_id`` and ``pos`` (the position in the whole); ``row`` is the session index's row.
+    """
+    parts = [(sid, idx) for sid, idx in parts if len(idx.turn_no)]
+    if not parts:
+        return []
+    q64 = np.asarray(qv, dtype=np.float32).reshape(-1).astype(np.float64)
+    terms = query_terms(query)
+    term_list = pa.array([t for t, _ in terms], pa.string())
+    dense_l, best_l, pos_l, keep_l, rows_l, which_l = [], [], [], [], [], []
+    post: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in terms]
+    offset = start = 0
+    with _one_blas_thread():
+        for i, (sid, idx) in enumerate(parts):
+            d, b = ranking.dense_scores(_products(idx.mvec, q64), _products(idx.svec, q64),
+                                        idx.s_row, idx.s_no)
+            dense_l.append(d)
+            best_l.append(b)
+            pos_l.append(start + idx.turn_no - int(idx.turn_no[0]))
+            start = int(pos_l[-1][-1]) + 2
+            keep = np.ones(len(idx.turn_no), dtype=bool)
+            if since is not None:
+                keep &= idx.ts >= np.datetime64(since.replace(tzinfo=None), "us")
+            if until is not None:
+                keep &= idx.ts <= np.datetime64(until.replace(tzinfo=None), "us")
+            if before is not None and sid in before:
+                keep &= idx.turn_no < before[sid]
+            keep_l.append(keep)
+            rows_l.append(np.arange(len(idx.turn_no)))
+            which_l.append(np.full(len(idx.turn_no), i))
+            if terms and len(idx.vocab):
+                ids = pc.index_in(term_list, value_set=idx.vocab).to_pylist()
+                for t, tid in enumerate(ids):
+                    if tid is not None:
+                        lo, hi = idx.p_offsets[tid], idx.p_offsets[tid + 1]
+                        post[t][0].append(idx.p_row[lo:hi].astype(np.int64) + offset)
+                        post[t][1].append(idx.p_tf[lo:hi])
+            offset += len(idx.turn_no)
+    n_terms = np.concatenate([idx.n_terms for _, idx in parts])
+    postings = [(w, np.concatenate(r), np.concatenate(f)) for (_, w), (r, f) in
+                zip(terms, post, strict=True) if r]
+    bm25 = ranking.bm25_scores(n_terms, postings)
+    dense, best = np.concatenate(dense_l), np.concatenate(best_l)
+    pos = np.concatenate(pos_l).astype(np.int64)
+    which, rows = np.concatenate(which_l), np.concatenate(rows_l)
+    recency = (pos + 1.0) / (int(pos[-1]) + 1)
+    cand = np.flatnonzero(np.concatenate(keep_l))
+    if not len(cand):
+        return []
+    speaker = [sp for _, idx in parts for sp in idx.speaker]
+    speaker_terms: dict[str, tuple[str, ...]] = {}
+    for _, idx in parts:
+        speaker_terms.update(idx.speaker_terms)
+    named = ranking.named_speakers([t for t, _ in terms], speaker_terms)
+    asks = np.concatenate([idx.asks for _, idx in parts])
+    ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
+                          recency_weight=recency_weight, rrf_k=rrf_k, asks=asks[cand],
+                          n_terms=n_terms[cand],
+                          other=ranking.other_speakers([speaker[c] for c in cand], named))
+    out = []
+    for r, i in enumerate(ranked.order):
+        g = int(cand[i])
+        sid, idx = parts[int(which[g])]
+        row = int(rows[g])
+        nid = int(idx.note_id[row])
+        out.append({
+            "session_id": sid, "pos": int(pos[g]), "turn_no": int(idx.turn_no[row]), "row": row,
+            "note_id": nid if nid >= 0 else None, "role": idx.role[row],
+            "speaker": idx.speaker[row], "ts": idx.ts[row].item(), "dense": float(dense[g]),
+            "best_sentence": int(best[g]) if best[g] >= 0 else None, "bm25": float(bm25[g]),
+            "recency": float(recency[g]), "asks": bool(asks[g]), "n_terms": int(n_terms[g]),
+            "fused": float(ranked.fused[r]), "rank": r + 1,
+            "score": float(ranked.score[r]) if ranked.score is not None else 0.0})
+    return out
+
+
 _SIDE_READS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cce-index-load")
 
 
@@ -391,6 +578,10 @@ class IndexCache:
         self._items: OrderedDict[str, SessionIndex] = OrderedDict()
         self._generation: dict[str, int] = {}
         self.loads = 0
+        #: Whether a flush's rows extend the indexes of the sessions it wrote (else they are
+        #: dropped and loaded again on the next read: the reference the tests compare with).
+        self.extend_on_write = True
+        self.extensions = 0
 
     def current(self, store: Store, sid: str) -> SessionIndex | None:
         """The index of ``sid`` when no write committed since it was loaded (a store is the only
@@ -418,12 +609,26 @@ class IndexCache:
             total -= dropped.nbytes
         return idx
 
-    def advance(self, before: int, after: int, changed: set[str]) -> None:
+    def advance(self, before: int, after: int, changed: set[str],
+                flushed: Flushed | None = None) -> None:
         """A write took the store from generation ``before`` to ``after`` and touched only
-        ``changed``: the other indexes that were current stay valid."""
+        ``changed``: the other indexes that were current stay valid, and those of ``changed``
+        that were current take in what the flush stored (``flushed``), else are dropped."""
         for sid in list(self._items):
+            current = self._generation.get(sid) == before
             if sid in changed:
-                self._items.pop(sid)
-                self._generation.pop(sid, None)
-            elif self._generation.get(sid) == before:
+                try:
+                    extended = (current and flushed is not None and self.extend_on_write
+                                and self._items[sid].extend(flushed, sid))
+                except BaseException:  # half taken in: load it again on the next read
+                    self._items.pop(sid)
+                    self._generation.pop(sid, None)
+                    raise
+                if extended:
+                    self._generation[sid] = after
+                    self.extensions += 1
+                else:
+                    self._items.pop(sid)
+                    self._generation.pop(sid, None)
+            elif current:
                 self._generation[sid] = after

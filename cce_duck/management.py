@@ -194,7 +194,7 @@ class ManagementMixin:
 
     def _flushed(self, before: int, after: int, sessions: set[str]) -> None:
         """After a flush: other sessions' retrieval indexes stay valid; then the warm-tier cap."""
-        self.index.advance(before, after, sessions)
+        self.index.advance(before, after, sessions, self.writer.flushed)
         self._after_flush(sessions)
 
     def _after_flush(self, sessions: set[str]) -> None:

@@ -24,7 +24,7 @@ from cce_duck.text import cached_terms, estimate_tokens, is_filler, split_senten
 if TYPE_CHECKING:
     from cce_duck.store import Store
 
-__all__ = ["TURN_SCHEMA", "TextAnalysis", "TurnRows", "analyse_text", "content_hash", "quantize",
+__all__ = ["TURN_SCHEMA", "Flushed", "TextAnalysis", "TurnRows", "analyse_text", "content_hash", "quantize",
            "registered", "run_with", "vectors_of"]
 
 #: The Arrow schema of rows for ``insert_turns`` (the columns of ``turns``).
@@ -184,3 +184,19 @@ class TurnRows:
                 "session_id": list(cols[0]), "term": list(cols[1]),
                 "turn_no": pa.array(cols[2], pa.int32()), "tf": pa.array(cols[3], pa.int16()),
             }))
+
+
+@dataclass
+class Flushed:
+    """What one flush of the writer stored, for the indexes kept in memory to take in: the turn
+    rows, each session's next turn number and ``updated_at``, the note headers written
+    (``note_id``, ``label``, ``start_turn``, ``end_turn``, ``start_ts``, ``end_ts``) and the
+    turns they compress ``(session, turn_no, note_id)``; ``raw_dropped`` when those turns lost
+    their raw text (``keep_raw_turns`` off)."""
+
+    rows: TurnRows
+    next_turn: dict[str, int]
+    updated_at: datetime
+    notes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    assigned: list[tuple[str, int, int]] = field(default_factory=list)
+    raw_dropped: bool = False

@@ -81,7 +81,7 @@ def test_index_filters_like_the_sql_macro(file_engine: Engine) -> None:
         assert sql == mine, kw
 
 
-def test_index_is_reloaded_after_writes(file_engine: Engine) -> None:
+def test_index_takes_in_writes_without_a_reload(file_engine: Engine) -> None:
     file_engine.ingest("s", _sample())
     file_engine.context("s", "budget")
     loads = file_engine.index.loads
@@ -89,7 +89,8 @@ def test_index_is_reloaded_after_writes(file_engine: Engine) -> None:
     assert file_engine.index.loads == loads  # unchanged session: cached
     file_engine.add_message("s", "user", "The zanzibar protocol is our new codename.")
     hits = file_engine.search("s", "zanzibar protocol", k=3)
-    assert file_engine.index.loads == loads + 1
+    assert file_engine.index.loads == loads  # the flush's rows extended the loaded index
+    assert file_engine.index.extensions == 1
     assert "zanzibar" in hits["content"][0]
 
 
@@ -199,7 +200,7 @@ def test_unchanged_session_is_answered_without_asking_the_store(
     assert asked.count("session_state") == 1  # nothing written since: the cached state holds
     file_engine.add_message("s", "user", "The zanzibar protocol is our new codename.")
     assert "zanzibar" in file_engine.context("s", "zanzibar protocol").to_string()
-    assert asked.count("session_state") == 2
+    assert asked.count("session_state") == 1  # the flush extended the index: still current
     file_engine.context("t", "gardening")
     file_engine.delete_session("t")
     with pytest.raises(NotFoundError):

@@ -1,0 +1,109 @@
+"""A write extends the loaded session index instead of dropping it, and every context stays
+exactly what a reloaded index gives."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cce_duck import Engine
+from cce_duck.index import SessionIndex
+
+SAMPLE = Path(__file__).resolve().parents[1] / "cce_duck" / "data" / "sample_conversation.json"
+QUESTIONS = [
+    "Which database did we choose and why?", "What was decided about the budget?",
+    "When is the launch?", "lighthouse", "Who is responsible for the tests?",
+    "What did Maria say about encryption keys?", "Where does Priya work?",
+]
+SMALL = {"hot_tier_max_turns": 6, "live_batch_turns": 4, "recent_turns": 2}
+
+
+def _messages() -> list[dict[str, Any]]:
+    """The sample conversation twice over, with names on some turns and fresh timestamps."""
+    data = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    base = data["messages"] if isinstance(data, dict) else data
+    start = datetime(2026, 3, 1, 9, 0)
+    out = []
+    for i, m in enumerate(base + base):
+        msg = {"role": m["role"], "content": m["content"],
+               "timestamp": start + timedelta(minutes=7 * i)}
+        if i % 3 == 0:
+            msg["name"] = "Priya" if m["role"] == "user" else "Maria"
+        out.append(msg)
+    return out
+
+
+def _postings(idx: SessionIndex) -> dict[str, list[tuple[int, float]]]:
+    terms = idx.vocab.to_pylist()
+    return {terms[t]: sorted(zip(idx.p_row[lo:hi].tolist(), idx.p_tf[lo:hi].tolist(),
+                                 strict=True))
+            for t, (lo, hi) in enumerate(zip(idx.p_offsets[:-1], idx.p_offsets[1:], strict=True))}
+
+
+def _same_index(extended: SessionIndex, loaded: SessionIndex) -> None:
+    for name in ("turn_no", "ts", "n_terms", "tokens", "note_id", "asks", "mvec", "s_row",
+                 "s_no", "s_start", "s_end", "svec", "who_tokens"):
+        assert np.array_equal(getattr(extended, name), getattr(loaded, name)), name
+    for name in ("role", "speaker", "content", "micro", "notes", "pins", "uncompressed"):
+        assert getattr(extended, name) == getattr(loaded, name), name
+    assert extended.key[1] == loaded.key[1]
+    assert _postings(extended) == _postings(loaded)
+    assert extended.speaker_terms == loaded.speaker_terms
+
+
+def test_chat_loop_contexts_match_a_reloaded_index(tmp_path: Path) -> None:
+    msgs = _messages()
+    with Engine(data_dir=tmp_path / "new", embedder="hash", **SMALL) as new, \
+            Engine(data_dir=tmp_path / "ref", embedder="hash", **SMALL) as ref:
+        ref.index.extend_on_write = False
+        for i, m in enumerate(msgs):
+            q = QUESTIONS[i % len(QUESTIONS)]
+            for eng in (new, ref):
+                eng.add_message("s", m["role"], m["content"], m["timestamp"], m.get("name"))
+            for kw in ({"max_tokens": 250}, {"max_tokens": 120, "explain": True},
+                       {"max_tokens": 4000}):
+                got = new.context("s", q, **kw).to_dict()  # type: ignore[arg-type]
+                want = ref.context("s", q, **kw).to_dict()  # type: ignore[arg-type]
+                assert got == want, (i, kw)
+            if i % 10 == 9:
+                idx = new.index.current(new.store, "s")
+                assert idx is not None
+                _same_index(idx, SessionIndex.load(new.store, "s", idx.key))
+        notes = new.sql("SELECT count(*) AS n FROM notes")["n"][0]
+        assert notes >= 5  # compression ran while the index was extended
+        assert new.index.extensions >= len(msgs) - 1
+        assert ref.index.extensions == 0
+        assert ref.index.loads >= len(msgs)
+        loads = new.index.loads
+        assert loads == 1  # the first read only
+        # any other write reloads: a pin, then SQL
+        new.pin("s", "The launch moved to June.")
+        assert "The launch moved to June." in new.context("s", "When is the launch?",
+                                                          max_tokens=250).pins
+        assert new.index.loads == loads + 1
+        new.sql("UPDATE turns SET content = 'The launch is in May.' WHERE turn_no = 3")
+        payload = new.context("s", "When is the launch?", max_tokens=4000)
+        assert new.index.loads == loads + 2
+        assert "The launch is in May." in payload.to_string()
+
+
+def test_several_sessions_in_one_flush(tmp_path: Path) -> None:
+    """One flush storing two sessions' turns extends both indexes with their own rows only."""
+    msgs = _messages()[:30]
+    with Engine(data_dir=tmp_path / "d", embedder="hash", **SMALL) as eng:
+        for sid in ("a", "b"):
+            eng.add_messages(sid, msgs[:10])
+            eng.context(sid, "lighthouse", max_tokens=200)
+        for m in msgs[10:]:
+            eng.add_messages("a", [m])
+            eng.add_messages("b", [m | {"content": m["content"] + " (b)"}])
+        eng.flush()
+        for sid in ("a", "b"):
+            idx = eng.index.current(eng.store, sid)
+            assert idx is not None
+            _same_index(idx, SessionIndex.load(eng.store, sid, idx.key))
+        assert eng.index.loads == 2

@@ -66,7 +66,7 @@ def is_plain_chat(messages: Sequence[Any]) -> bool:
 
 
 def prepare_chat(engine: Engine, session_id: str, messages: Sequence[Any], *,
-                 max_tokens: int | None = None) -> ChatPlan:
+                 max_tokens: int | None = None, user_id: str | None = None) -> ChatPlan:
     """Store the chat in ``session_id`` and return the messages to send to the model.
 
     Chats with tool calls, tool messages or non-text content are passed on unchanged and not
@@ -75,7 +75,7 @@ def prepare_chat(engine: Engine, session_id: str, messages: Sequence[Any], *,
     passes unchanged; a longer one becomes its system messages, then the memory block with the
     relevant notes, then the recent turns, ending with the new user message, all within
     ``max_tokens`` (when the system messages and the question alone do not fit, only they are
-    sent).
+    sent). ``user_id`` binds the session to its user (see :meth:`Engine.add_messages`).
     """
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise ValidationError("messages must be a non-empty list")
@@ -91,7 +91,7 @@ def prepare_chat(engine: Engine, session_id: str, messages: Sequence[Any], *,
                                                              else {})}
              for m in original if m["role"] != "system"]
     if convo:
-        engine.ingest(session_id, convo)
+        engine.ingest(session_id, convo, user_id=user_id)
     if size <= budget or not convo or convo[-1]["role"] != "user":
         return ChatPlan(session_id, original, False, bool(convo), size, size)
     question = {"role": "user", "content": convo[-1]["content"]}

@@ -5,6 +5,7 @@ that fits is sent as it is (:mod:`cce_duck.history`)."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,15 +25,15 @@ from cce_duck.history import (
     verbatim_explain,
     window_rows,
 )
-from cce_duck.index import IndexCache, SessionIndex
+from cce_duck.index import IndexCache, SessionIndex, retrieve_across
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, outside_spans, query_terms
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
-__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "is_overview_question", "rerank",
-           "retrieve"]
+__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "build_user_context",
+           "is_overview_question", "rerank", "retrieve"]
 
 _OVERVIEW = re.compile(
     r"\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
@@ -41,6 +42,7 @@ _OVERVIEW = re.compile(
     re.I,
 )
 MEMORY_HEADER = "Memory of earlier conversation (verbatim quotes, oldest first):"
+USER_MEMORY_HEADER = "Memory of this user's conversations (verbatim quotes, oldest first):"
 RECENT_SHARE = 0.3
 QUOTE_MAX_TOKENS = 120
 QUOTES_PER_NOTE = 6
@@ -145,39 +147,10 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
     # The memory block is one system message: its overhead is paid once, when it is used.
     memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(MEMORY_HEADER) + 1
 
-    # 1. pins (at most a quarter of the budget)
-    pins: list[str] = []
-    if index.pins and budget.take("overhead", memory_overhead + estimate_tokens(PIN_HEADER) + 1):
-        for text in index.pins:
-            line = f"- {text}"
-            if budget.take("pins", estimate_tokens(line) + 1, limit=req.max_tokens // 4 +
-                           budget.split["overhead"]):
-                pins.append(line)
-
-    # 2. recent and pending turns, newest first, within their share. An overview question gets
-    # the whole uncompressed tail; a fact question the latest `recent_turns` (the exchange being
-    # answered), while older hot and pending turns compete with the notes on relevance.
+    # 1. pins (at most a quarter of the budget); 2. recent and pending turns
     overview = is_overview_question(req.query)
-    tail = len(index.uncompressed) if overview else config.recent_turns
-    verbatim: list[VerbatimTurn] = []
-    share = budget.used + int(req.max_tokens * RECENT_SHARE)
-    header_paid = False
-    for r in index.uncompressed[:tail]:
-        if (first is not None and r["turn_no"] < first) or (req.since and r["ts"] < req.since) or (
-                req.until and r["ts"] > req.until):
-            continue
-        tier = "hot" if r["turn_no"] >= next_turn - config.hot_tier_max_turns else "pending"
-        vt = VerbatimTurn(r["turn_no"], r["role"], r["speaker"], r["content"], r["ts"], tier)
-        cost = max(int(r["tokens"]) + MESSAGE_OVERHEAD, estimate_tokens(vt.line()) + 1)
-        extra = 0 if header_paid else 8  # "Recent conversation (YYYY-MM-DD):"
-        part = "recent" if tier == "hot" else "pending"
-        if not budget.take(part, cost + extra, limit=share):
-            break
-        budget.split["overhead"] += extra
-        budget.split[part] -= extra
-        header_paid = True
-        verbatim.append(vt)
-    verbatim.reverse()
+    pins = _pins(index, req, budget, memory_overhead)
+    verbatim = _recent(config, index, req, budget, overview, next_turn, first)
     first_verbatim = verbatim[0].turn_no if verbatim else None
 
     # 3. notes: retrieved quotes grouped by topic, or the overview
@@ -202,8 +175,66 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
         turns=verbatim, notes=chosen, pins=[p[2:] for p in pins],
         full_tokens=full, pin_tokens=pins_cost,
     )
-    # Safety net: the estimate is additive per line, but never trust it blindly; and a history
-    # whose raw text is not kept may compress to more than it was.
+    _trim(payload, pins, cap, overview)
+    if explain:
+        payload.explain = {
+            "budget": {"max_tokens": req.max_tokens, "used": payload.tokens, **budget.split},
+            "overview": overview,
+            "hits": [{k: v for k, v in h.items() if k not in ("ts", "row")} for h in hits],
+            "chosen": [{"note_id": n["note_id"], "quotes": [
+                {k: q[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")}
+                for q in n["quotes"]]} for n in payload.notes],
+            "dropped": dropped,
+        }
+    return payload
+
+
+def _pins(index: SessionIndex, req: ContextRequest, budget: _Budget, memory_overhead: int
+          ) -> list[str]:
+    """The session's pin lines that fit at most a quarter of the budget."""
+    pins: list[str] = []
+    if index.pins and budget.take("overhead", memory_overhead + estimate_tokens(PIN_HEADER) + 1):
+        for text in index.pins:
+            line = f"- {text}"
+            if budget.take("pins", estimate_tokens(line) + 1, limit=req.max_tokens // 4 +
+                           budget.split["overhead"]):
+                pins.append(line)
+    return pins
+
+
+def _recent(config: Config, index: SessionIndex, req: ContextRequest, budget: _Budget,
+            overview: bool, next_turn: int, first: int | None) -> list[VerbatimTurn]:
+    """Recent and pending turns, newest first, within their share, returned oldest first. An
+    overview question gets the whole uncompressed tail; a fact question the latest
+    `recent_turns` (the exchange being answered), while older hot and pending turns compete
+    with the notes on relevance."""
+    tail = len(index.uncompressed) if overview else config.recent_turns
+    verbatim: list[VerbatimTurn] = []
+    share = budget.used + int(req.max_tokens * RECENT_SHARE)
+    header_paid = False
+    for r in index.uncompressed[:tail]:
+        if (first is not None and r["turn_no"] < first) or (req.since and r["ts"] < req.since) or (
+                req.until and r["ts"] > req.until):
+            continue
+        tier = "hot" if r["turn_no"] >= next_turn - config.hot_tier_max_turns else "pending"
+        vt = VerbatimTurn(r["turn_no"], r["role"], r["speaker"], r["content"], r["ts"], tier)
+        cost = max(int(r["tokens"]) + MESSAGE_OVERHEAD, estimate_tokens(vt.line()) + 1)
+        extra = 0 if header_paid else 8  # "Recent conversation (YYYY-MM-DD):"
+        part = "recent" if tier == "hot" else "pending"
+        if not budget.take(part, cost + extra, limit=share):
+            break
+        budget.split["overhead"] += extra
+        budget.split[part] -= extra
+        header_paid = True
+        verbatim.append(vt)
+    verbatim.reverse()
+    return verbatim
+
+
+def _trim(payload: ContextPayload, pins: list[str], cap: int, overview: bool,
+          scoped: bool = False) -> None:
+    """Safety net: the estimate is additive per line, but never trust it blindly; and a history
+    whose raw text is not kept may compress to more than it was."""
     while payload.tokens > cap:
         if payload.notes:
             last = max(payload.notes, key=lambda n: max(q["rank"] for q in n["quotes"]) if
@@ -219,13 +250,58 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
             payload.turns.pop(0)
         else:
             break
-        payload.memory = _render_memory(pins, payload.notes, overview)
+        payload.memory = _render_memory(pins, payload.notes, overview, scoped)
+
+
+def build_user_context(store: Store, config: Config, req: ContextRequest,
+                       sessions: list[str], *, cache: IndexCache | None = None,
+                       explain: bool = False) -> ContextPayload:
+    """The context for ``req`` across ``sessions`` (a user's, in time order): the pins and
+    recent turns of ``req.session_id`` (when it is stored), then quotes ranked over every
+    session as one conversation (:func:`cce_duck.index.retrieve_across`), each under the date
+    and the session it was said in. The cap is never exceeded."""
+    budget = _Budget(req.max_tokens)
+    parts = [(s, _index(store, s, cache)) for s in sessions]
+    own = dict(parts).get(req.session_id)
+    memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(USER_MEMORY_HEADER) + 1
+    pins: list[str] = []
+    verbatim: list[VerbatimTurn] = []
+    before: dict[str, int] = {}
+    if own is not None:
+        next_turn = int(own.key[1])
+        first = next_turn - req.last_turns if req.last_turns else None
+        pins = _pins(own, req, budget, memory_overhead)
+        verbatim = _recent(config, own, req, budget, False, next_turn, first)
+        if verbatim:
+            before[req.session_id] = verbatim[0].turn_no
+    full = sum(history_tokens(idx) for _, idx in parts)
+    pins_cost = pin_tokens(own.pins) if own is not None else 0
+    hits: list[dict[str, Any]] = []
+    chosen: list[dict[str, Any]] = []
+    dropped: list[dict[str, Any]] = []
+    if req.query.strip():
+        qv = store.embedder.embed([req.query], "query")[0]
+        hits = retrieve_across(parts, qv, req.query, k=HITS_PER_NOTE * req.top_k,
+                               since=req.since, until=req.until, before=before,
+                               recency_weight=config.recency_weight, rrf_k=config.rrf_k)
+        first_index = parts[0][1] if parts else None
+        if first_index is not None:
+            chosen, dropped, _ = _quotes(store, req.session_id, req, hits, first_index, budget,
+                                         bool(pins), memory_overhead, indexes=dict(parts))
+    payload = ContextPayload(
+        session_id=req.session_id, query=req.query, max_tokens=req.max_tokens,
+        memory=_render_memory(pins, chosen, False, True), turns=verbatim, notes=chosen,
+        pins=[p[2:] for p in pins], full_tokens=full, pin_tokens=pins_cost)
+    _trim(payload, pins, min(req.max_tokens, full + pins_cost), False, True)
     if explain:
+        quoted = Counter(n["session_id"] for n in payload.notes for _ in n["quotes"])
         payload.explain = {
             "budget": {"max_tokens": req.max_tokens, "used": payload.tokens, **budget.split},
-            "overview": overview,
+            "overview": False,
+            "sessions": [{"session_id": s, "hits": sum(1 for h in hits if h["session_id"] == s),
+                          "quotes": quoted.get(s, 0)} for s in sessions],
             "hits": [{k: v for k, v in h.items() if k not in ("ts", "row")} for h in hits],
-            "chosen": [{"note_id": n["note_id"], "quotes": [
+            "chosen": [{"session_id": n["session_id"], "note_id": n["note_id"], "quotes": [
                 {k: q[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")}
                 for q in n["quotes"]]} for n in payload.notes],
             "dropped": dropped,
@@ -281,9 +357,9 @@ def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None
     return out
 
 
-def _day_header(ts: datetime) -> str:
-    """The date line quotes of one day are shown under."""
-    return f"[{ts:%Y-%m-%d}]"
+def _day_header(ts: datetime, session_id: str | None = None) -> str:
+    """The date line quotes of one day are shown under (and their session's, across sessions)."""
+    return f"[{ts:%Y-%m-%d}]" if session_id is None else f"[{ts:%Y-%m-%d} · session {session_id}]"
 
 
 DAY_HEADER_TOKENS = estimate_tokens(_day_header(datetime(2000, 1, 1)))  # the same for every day
@@ -329,8 +405,12 @@ def _leaves_out_words(content: str, spans: list[tuple[int, int]]) -> bool:
 
 
 def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, Any]],
-            index: SessionIndex, budget: _Budget, memory_paid: bool, memory_overhead: int
+            index: SessionIndex, budget: _Budget, memory_paid: bool, memory_overhead: int,
+            indexes: dict[str, SessionIndex] | None = None
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+    """Quotes of ``hits`` grouped by note, in budget order. With ``indexes`` (hits of
+    :func:`cce_duck.index.retrieve_across`) each hit is read from its session's index and the
+    quotes are shown under their session as well as their date."""
     if not hits:
         return [], [], memory_paid
     groups: dict[Any, dict[str, Any]] = {}
@@ -338,7 +418,10 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
     who_tokens: dict[str, int] = {}
     days: set[Any] = set()
     for h in hits:
-        key = h["note_id"] if h["note_id"] is not None else f"turn-{h['turn_no']}"
+        if indexes is not None:
+            index = indexes[h["session_id"]]
+        key = (h.get("session_id"),
+               h["note_id"] if h["note_id"] is not None else f"turn-{h['turn_no']}")
         group = groups.get(key)
         if group is None and len(groups) >= req.top_k:
             dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
@@ -367,9 +450,12 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
                 hdr = {"note_id": None, "label": "not yet summarised", "start_turn": h["turn_no"],
                        "end_turn": h["turn_no"], "start_ts": h["ts"], "end_ts": h["ts"]}
             group = {**hdr, "quotes": []}
-        day = h["ts"].date()
-        if day not in days:  # quotes are shown under one date line per day
-            cost += DAY_HEADER_TOKENS + 1
+            if indexes is not None:
+                group["session_id"] = h["session_id"]
+        day = h["ts"].date() if indexes is None else (h["ts"].date(), h["session_id"])
+        if day not in days:  # quotes are shown under one date line per day (and session)
+            cost += 1 + (DAY_HEADER_TOKENS if indexes is None else estimate_tokens(
+                _day_header(h["ts"], h["session_id"])))
         elif len(group["quotes"]) >= QUOTES_PER_NOTE:
             dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
                             "reason": "quotes_per_note", "fused": h["fused"]})
@@ -385,12 +471,16 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             memory_paid = True
         days.add(day)
         groups[key] = group
-        group["quotes"].append({**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency",
-                                                      "fused", "rank")},
-                                "speaker": who, "text": text, "line": line, "ts": h["ts"]})
-    chosen = sorted(groups.values(), key=lambda g: g["start_turn"])
-    for g in chosen:
-        g["quotes"].sort(key=lambda q: q["turn_no"])
+        quote = {**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")},
+                 "speaker": who, "text": text, "line": line, "ts": h["ts"]}
+        if indexes is not None:
+            quote.update(session_id=h["session_id"], pos=h["pos"])
+        group["quotes"].append(quote)
+    order = "turn_no" if indexes is None else "pos"
+    for g in groups.values():
+        g["quotes"].sort(key=lambda q: q[order])
+    chosen = sorted(groups.values(), key=lambda g: g["start_turn"] if indexes is None else
+                    g["quotes"][0]["pos"])
     return chosen, dropped, memory_paid
 
 
@@ -425,20 +515,23 @@ def _overview(store: Store, sid: str, budget: _Budget, memory_paid: bool, memory
     return chosen, dropped, memory_paid
 
 
-def _render_memory(pins: list[str], notes: list[dict[str, Any]], overview: bool) -> str:
+def _render_memory(pins: list[str], notes: list[dict[str, Any]], overview: bool,
+                   scoped: bool = False) -> str:
     if not pins and not notes:
         return ""
-    out = [MEMORY_HEADER]
+    out = [USER_MEMORY_HEADER if scoped else MEMORY_HEADER]
     if pins:
         out.append(PIN_HEADER)
         out.extend(pins)
     if overview:
         out.extend(n["overview_line"] for n in notes)
         return "\n".join(out)
-    day = None
-    for q in sorted((q for n in notes for q in n["quotes"]), key=lambda q: q["turn_no"]):
-        if q["ts"].date() != day:
-            day = q["ts"].date()
-            out.append(_day_header(q["ts"]))
+    day: Any = None
+    for q in sorted((q for n in notes for q in n["quotes"]),
+                    key=lambda q: q["pos"] if scoped else q["turn_no"]):
+        at = (q["ts"].date(), q.get("session_id"))
+        if at != day:
+            day = at
+            out.append(_day_header(q["ts"], q.get("session_id")))
         out.append(q["line"])
     return "\n".join(out)

@@ -12,15 +12,27 @@ from typing import IO, Any
 
 import polars as pl
 
-from cce_duck import clock, erasure
+from cce_duck import clock, deletion, erasure
 from cce_duck.allocator import tune_allocator
 from cce_duck.config import Config
-from cce_duck.context import SEARCH_SCHEMA, ContextRequest, build_context, retrieve
-from cce_duck.errors import NotFoundError, StorageError, ValidationError
+from cce_duck.context import (
+    SEARCH_SCHEMA,
+    ContextRequest,
+    build_context,
+    build_user_context,
+    retrieve,
+)
+from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
 from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache
 from cce_duck.management import ManagementMixin
-from cce_duck.messages import load_history, parse_messages, parse_time, validate_session_id
+from cce_duck.messages import (
+    load_history,
+    parse_messages,
+    parse_time,
+    validate_session_id,
+    validate_user_id,
+)
 from cce_duck.messages import message_id as check_message_id
 from cce_duck.payload import ContextPayload
 from cce_duck.rows import content_hash
@@ -119,11 +131,12 @@ class Engine(ManagementMixin):
 
     def add_message(self, session_id: str, role: str, content: str,
                     timestamp: datetime | str | None = None, name: str | None = None, *,
-                    message_id: str | None = None) -> int:
+                    message_id: str | None = None, user_id: str | None = None) -> int:
         """Append one message; returns its turn number.
 
         ``message_id`` is the client's id of the message: sending it again (a retry after an
-        error or a lost reply) stores nothing and returns the same turn number.
+        error or a lost reply) stores nothing and returns the same turn number. ``user_id``:
+        see :meth:`add_messages`.
         """
         msg: dict[str, Any] = {"role": role, "content": content}
         if timestamp is not None:
@@ -132,21 +145,28 @@ class Engine(ManagementMixin):
             msg["name"] = name
         if message_id is not None:
             msg["id"] = check_message_id(message_id)
-        return self.add_messages(session_id, [msg])[0]
+        return self.add_messages(session_id, [msg], user_id=user_id)[0]
 
-    def add_messages(self, session_id: str, messages: Iterable[Any]) -> list[int]:
+    def add_messages(self, session_id: str, messages: Iterable[Any], *,
+                     user_id: str | None = None) -> list[int]:
         """Append messages (all validated first: a bad one stores none); their turn numbers.
 
         A message may carry the client's id (key ``id`` or ``message_id``): one the session
         already has is not stored again and gets the first one's turn number. The call returns
         once the messages are journaled (and on disk, unless ``durability="os"``); if it raises,
         none of them was stored.
+
+        ``user_id`` (the rule of session ids) binds a session to its user at its first write;
+        a session bound to another user, or started without one, raises
+        :class:`~cce_duck.errors.ConflictError`. Without ``user_id`` nothing is checked.
         """
         sid = validate_session_id(session_id)
+        uid = None if user_id is None else validate_user_id(user_id)
         parsed = parse_messages(messages)
         if not parsed:
+            self.writer.check_user(sid, uid)
             return []
-        numbers, ticket = self.writer.add(sid, parsed)
+        numbers, ticket = self.writer.add(sid, parsed, user_id=uid)
         self._durable(ticket)
         return numbers
 
@@ -190,7 +210,8 @@ class Engine(ManagementMixin):
         return None
 
     def ingest(self, session_id: str, messages: Iterable[Any], *, compress: bool = True,
-               progress: Callable[[int, int], None] | None = None) -> list[int]:
+               progress: Callable[[int, int], None] | None = None,
+               user_id: str | None = None) -> list[int]:
         """Store a whole history at once; idempotent.
 
         Messages that repeat the session's stored turns from its first turn on are skipped, so
@@ -200,11 +221,14 @@ class Engine(ManagementMixin):
         validated before anything is stored, and all are journaled at once (a call that raises
         stored none of them); then ``progress(done, total)`` is called with the count of new
         messages handled so far (first with ``done=0``, last with ``done=total``). Returns the
-        turn numbers of the messages not skipped by the prefix rule.
+        turn numbers of the messages not skipped by the prefix rule. ``user_id``: see
+        :meth:`add_messages`.
         """
         sid = validate_session_id(session_id)
+        uid = None if user_id is None else validate_user_id(user_id)
         parsed = parse_messages(messages)
         self.writer.flush()
+        self.writer.check_user(sid, uid)
         stored = self.store.q("turn_hashes", {"sid": sid}).fetchall()
         skip = 0
         for (_, role, h), m in zip(stored, parsed, strict=False):
@@ -218,7 +242,7 @@ class Engine(ManagementMixin):
             return []
         if progress is not None:
             progress(0, len(new))
-        out, ticket = self.writer.add(sid, new, progress=progress)  # all journaled, or none
+        out, ticket = self.writer.add(sid, new, progress=progress, user_id=uid)  # all, or none
         try:
             self.writer.flush(finish={sid} if compress else None)
         except StorageError:
@@ -231,7 +255,8 @@ class Engine(ManagementMixin):
         return out
 
     def ingest_file(self, session_id: str, source: str | Path | IO[str], *, compress: bool = True,
-                    progress: Callable[[int, int], None] | None = None) -> list[int]:
+                    progress: Callable[[int, int], None] | None = None,
+                    user_id: str | None = None) -> list[int]:
         """:meth:`ingest` a conversation file (a path or an open text stream such as stdin):
         JSON messages (a list, or ``{"messages": [...]}``) or a ``User:`` / ``Assistant:``
         transcript. A JSON syntax error names its line and column; nothing is stored then."""
@@ -242,7 +267,8 @@ class Engine(ManagementMixin):
                 raise ValidationError(f"cannot read {source}: {exc}") from None
         else:
             text = source.read()
-        return self.ingest(session_id, load_history(text), compress=compress, progress=progress)
+        return self.ingest(session_id, load_history(text), compress=compress, progress=progress,
+                           user_id=user_id)
 
     def close_session(self, session_id: str) -> str:
         """Compress what is pending, write the cold-tier summary, mark the session closed."""
@@ -270,6 +296,19 @@ class Engine(ManagementMixin):
             raise NotFoundError(f"unknown session {sid!r}")
         return sid
 
+    def _request(self, sid: str, query: str, max_tokens: int | None, top_k: int | None,
+                 since: datetime | str | None, until: datetime | str | None,
+                 last_turns: int | None = None) -> ContextRequest:
+        """A context request with the configured defaults."""
+        return ContextRequest(
+            session_id=sid, query=query,
+            max_tokens=self.config.context_max_tokens if max_tokens is None else max_tokens,
+            top_k=self.config.top_k if top_k is None else top_k,
+            since=None if since is None else parse_time(since, "since"),
+            until=None if until is None else parse_time(until, "until"),
+            last_turns=last_turns,
+        )
+
     def context(self, session_id: str, query: str, *, max_tokens: int | None = None,
                 top_k: int | None = None, since: datetime | str | None = None,
                 until: datetime | str | None = None, last_turns: int | None = None,
@@ -278,14 +317,7 @@ class Engine(ManagementMixin):
         sid = validate_session_id(session_id)
         if not self.store.read_only:
             self._flush_for_context(sid)
-        req = ContextRequest(
-            session_id=sid, query=query,
-            max_tokens=self.config.context_max_tokens if max_tokens is None else max_tokens,
-            top_k=self.config.top_k if top_k is None else top_k,
-            since=None if since is None else parse_time(since, "since"),
-            until=None if until is None else parse_time(until, "until"),
-            last_turns=last_turns,
-        )
+        req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
         payload = build_context(self.store, self.config, req, explain=explain, cache=self.index)
         refine_explain(payload, Window(req.since, req.until, req.last_turns))
         self._record_context(payload)
@@ -302,6 +334,59 @@ class Engine(ManagementMixin):
                 self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
                 batch_turns=self.config.live_batch_turns):
             self.writer.flush()
+
+    def user_sessions(self, user_id: str) -> list[str]:
+        """The user's sessions in time order (of their first turn); raises
+        :class:`NotFoundError` for a user no session belongs to."""
+        uid = validate_user_id(user_id)
+        if not self.store.read_only:
+            self.writer.flush()
+        sessions = [str(r[0]) for r in self.store.q("user_sessions", {"uid": uid}).fetchall()]
+        if not sessions:
+            raise NotFoundError(f"unknown user {uid!r}")
+        return sessions
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Delete every session of the user with everything stored about them (turns, vectors,
+        postings, notes, pins, summaries), with the guarantee of forgetting: the journal and the
+        file are rewritten so their text is in no file of the folder, finished at the next open
+        after a kill. Returns rows removed per table (``sessions``: how many sessions). An
+        unknown user raises :class:`NotFoundError` and changes nothing."""
+        sessions = self.user_sessions(user_id)
+        try:
+            return deletion.delete_sessions(self.store, sessions)
+        finally:
+            for sid in sessions:
+                self.writer.reopen(sid)
+                self.writer.forget_stats(sid)
+
+    def user_context(self, user_id: str, query: str, *, session_id: str | None = None,
+                     max_tokens: int | None = None, top_k: int | None = None,
+                     since: datetime | str | None = None, until: datetime | str | None = None,
+                     explain: bool = False) -> ContextPayload:
+        """The token-capped context for ``query`` across every session of the user.
+
+        The turns of all the user's sessions are ranked as one conversation in time order
+        (the ranking of :mod:`cce_duck.ranking`); each quote is shown under its date and
+        session. ``session_id`` is the session being answered in: its pins and recent turns
+        come first, verbatim, as in :meth:`context` (a session not stored yet has none; one
+        that belongs to another user raises :class:`ConflictError`). ``explain`` adds the
+        budget split and how many hits and quotes came from each session. Raises
+        :class:`NotFoundError` for an unknown user.
+        """
+        sessions = self.user_sessions(user_id)
+        sid = "" if session_id is None else validate_session_id(session_id)
+        if sid:
+            owner = self.writer.user_of(sid)
+            if sid not in sessions and (owner is not None or self.writer.next_turn(sid)):
+                raise ConflictError(f"session {sid!r} does not belong to user {user_id!r}")
+        req = self._request(sid, query, max_tokens, top_k, since, until)
+        payload = build_user_context(self.store, self.config, req, sessions, cache=self.index,
+                                     explain=explain)
+        if not self.store.read_only:
+            for n in payload.notes:
+                self.writer.note_retrieved(n["session_id"], [n["note_id"]])
+        return payload
 
     def search(self, session_id: str, query: str, k: int = 10, *,
                since: datetime | str | None = None, until: datetime | str | None = None,

@@ -39,17 +39,28 @@ __all__ = ["Erasure", "erase", "finish", "scrub", "scrub_journal"]
 
 @dataclass(frozen=True)
 class Erasure:
-    """What one erasure removes: some turns and notes of a session, or the whole session."""
+    """What one erasure removes: some turns and notes of a session, or whole sessions (the
+    session and those in ``also``: a user's)."""
 
     session_id: str
     #: Turn numbers to remove; ``None``: the whole session, every table.
     turns: tuple[int, ...] | None = None
     notes: tuple[int, ...] = ()
+    #: More sessions removed whole with ``session_id`` (only with ``turns=None``).
+    also: tuple[str, ...] = ()
+
+    @property
+    def sessions(self) -> tuple[str, ...]:
+        """Every session the erasure touches."""
+        return (self.session_id, *self.also)
 
     def record(self) -> dict[str, Any]:
         """The intent as it is recorded (ids only)."""
-        return {"erase": 1, "s": self.session_id, "turns": None if self.turns is None
-                else list(self.turns), "notes": list(self.notes)}
+        rec = {"erase": 1, "s": self.session_id, "turns": None if self.turns is None
+               else list(self.turns), "notes": list(self.notes)}
+        if self.also:
+            rec["also"] = list(self.also)
+        return rec
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Erasure:
@@ -57,15 +68,17 @@ class Erasure:
         if rec.get("erase") != 1 or not isinstance(rec.get("s"), str):
             raise ValueError("not an erasure intent")
         try:
-            turns = rec["turns"]
+            turns, also = rec["turns"], rec.get("also", [])
+            if not all(isinstance(a, str) for a in also) or (also and turns is not None):
+                raise ValueError("'also' names whole sessions")
             return cls(rec["s"], None if turns is None else tuple(int(t) for t in turns),
-                       tuple(int(n) for n in rec["notes"]))
+                       tuple(int(n) for n in rec["notes"]), tuple(also))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not an erasure intent ({exc})") from None
 
     def covers(self, rec: dict[str, Any]) -> bool:
         """Whether a journal record is one of the erased messages."""
-        if rec.get("s") != self.session_id:
+        if rec.get("s") not in self.sessions:
             return False
         return self.turns is None or int(rec.get("n", -1)) in self.turns
 
@@ -113,8 +126,8 @@ def _delete(store: Store, what: Erasure) -> dict[str, int]:
         tables = [str(r[0]) for r in store.q("session_tables").fetchall()]
         with store.transaction() as con:
             for table in tables:
-                row = con.execute(f'DELETE FROM main."{table}" WHERE session_id = ?',
-                                  [sid]).fetchone()
+                row = con.execute(f'DELETE FROM main."{table}" WHERE list_contains(?, session_id)',
+                                  [list(what.sessions)]).fetchone()
                 counts[table] = int(row[0]) if row else 0
             store.q("erase_llm_cache")
         return counts

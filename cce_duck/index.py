@@ -45,7 +45,7 @@ from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, query_terms
 
-__all__ = ["Hit", "IndexCache", "SessionIndex"]
+__all__ = ["Hit", "IndexCache", "SessionIndex", "retrieve_across"]
 
 Hit = dict[str, Any]
 _ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
@@ -463,6 +463,92 @@ class SessionIndex:
                 lo, hi = self.p_offsets[tid], self.p_offsets[tid + 1]
                 postings.append((weight, self.p_row[lo:hi], self.p_tf[lo:hi]))
         return ranking.bm25_scores(self.n_terms, postings)
+
+
+def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: str, *, k: int,
+                    since: datetime | None = None, until: datetime | None = None,
+                    before: dict[str, int] | None = None, recency_weight: float | None = None,
+                    rrf_k: int | None = None) -> list[Hit]:
+    """The ranking of :mod:`cce_duck.ranking` over several sessions as one conversation.
+
+    ``parts`` are the sessions in time order; their turns are laid end to end (a gap of one
+    position between two sessions, so no turn counts as the reply to another session's
+    question), and BM25 statistics, recency and the fusion are those of the whole. ``before``
+    leaves out each named session's turns from that turn number on (those sent verbatim).
+    Hits are those of :meth:`SessionIndex.retrieve` with ``conversation=True``, plus
+    ``session_id`` and ``pos`` (the position in the whole); ``row`` is the session index's row.
+    """
+    parts = [(sid, idx) for sid, idx in parts if len(idx.turn_no)]
+    if not parts:
+        return []
+    q64 = np.asarray(qv, dtype=np.float32).reshape(-1).astype(np.float64)
+    terms = query_terms(query)
+    term_list = pa.array([t for t, _ in terms], pa.string())
+    dense_l, best_l, pos_l, keep_l, rows_l, which_l = [], [], [], [], [], []
+    post: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in terms]
+    offset = start = 0
+    with _one_blas_thread():
+        for i, (sid, idx) in enumerate(parts):
+            d, b = ranking.dense_scores(_products(idx.mvec, q64), _products(idx.svec, q64),
+                                        idx.s_row, idx.s_no)
+            dense_l.append(d)
+            best_l.append(b)
+            pos_l.append(start + idx.turn_no - int(idx.turn_no[0]))
+            start = int(pos_l[-1][-1]) + 2
+            keep = np.ones(len(idx.turn_no), dtype=bool)
+            if since is not None:
+                keep &= idx.ts >= np.datetime64(since.replace(tzinfo=None), "us")
+            if until is not None:
+                keep &= idx.ts <= np.datetime64(until.replace(tzinfo=None), "us")
+            if before is not None and sid in before:
+                keep &= idx.turn_no < before[sid]
+            keep_l.append(keep)
+            rows_l.append(np.arange(len(idx.turn_no)))
+            which_l.append(np.full(len(idx.turn_no), i))
+            if terms and len(idx.vocab):
+                ids = pc.index_in(term_list, value_set=idx.vocab).to_pylist()
+                for t, tid in enumerate(ids):
+                    if tid is not None:
+                        lo, hi = idx.p_offsets[tid], idx.p_offsets[tid + 1]
+                        post[t][0].append(idx.p_row[lo:hi].astype(np.int64) + offset)
+                        post[t][1].append(idx.p_tf[lo:hi])
+            offset += len(idx.turn_no)
+    n_terms = np.concatenate([idx.n_terms for _, idx in parts])
+    postings = [(w, np.concatenate(r), np.concatenate(f)) for (_, w), (r, f) in
+                zip(terms, post, strict=True) if r]
+    bm25 = ranking.bm25_scores(n_terms, postings)
+    dense, best = np.concatenate(dense_l), np.concatenate(best_l)
+    pos = np.concatenate(pos_l).astype(np.int64)
+    which, rows = np.concatenate(which_l), np.concatenate(rows_l)
+    recency = (pos + 1.0) / (int(pos[-1]) + 1)
+    cand = np.flatnonzero(np.concatenate(keep_l))
+    if not len(cand):
+        return []
+    speaker = [sp for _, idx in parts for sp in idx.speaker]
+    speaker_terms: dict[str, tuple[str, ...]] = {}
+    for _, idx in parts:
+        speaker_terms.update(idx.speaker_terms)
+    named = ranking.named_speakers([t for t, _ in terms], speaker_terms)
+    asks = np.concatenate([idx.asks for _, idx in parts])
+    ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
+                          recency_weight=recency_weight, rrf_k=rrf_k, asks=asks[cand],
+                          n_terms=n_terms[cand],
+                          other=ranking.other_speakers([speaker[c] for c in cand], named))
+    out = []
+    for r, i in enumerate(ranked.order):
+        g = int(cand[i])
+        sid, idx = parts[int(which[g])]
+        row = int(rows[g])
+        nid = int(idx.note_id[row])
+        out.append({
+            "session_id": sid, "pos": int(pos[g]), "turn_no": int(idx.turn_no[row]), "row": row,
+            "note_id": nid if nid >= 0 else None, "role": idx.role[row],
+            "speaker": idx.speaker[row], "ts": idx.ts[row].item(), "dense": float(dense[g]),
+            "best_sentence": int(best[g]) if best[g] >= 0 else None, "bm25": float(bm25[g]),
+            "recency": float(recency[g]), "asks": bool(asks[g]), "n_terms": int(n_terms[g]),
+            "fused": float(ranked.fused[r]), "rank": r + 1,
+            "score": float(ranked.score[r]) if ranked.score is not None else 0.0})
+    return out
 
 
 _SIDE_READS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cce-index-load")

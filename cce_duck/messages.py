@@ -22,6 +22,7 @@ __all__ = [
     "parse_time",
     "parse_transcript",
     "validate_session_id",
+    "validate_user_id",
 ]
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -42,16 +43,23 @@ class Message:
     message_id: str | None = None
 
 
-def validate_session_id(session_id: object) -> str:
-    """Return ``session_id`` if it is 1-64 of ``[A-Za-z0-9_.-]`` and not ``.`` or ``..``."""
-    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id) or session_id in {
-        ".", ".."
-    }:
+def _checked_id(value: object, what: str) -> str:
+    if not isinstance(value, str) or not _SESSION_ID.fullmatch(value) or value in {".", ".."}:
         raise ValidationError(
-            f"invalid session id {session_id!r}: use 1-64 characters of A-Z a-z 0-9 _ . - "
+            f"invalid {what} id {value!r}: use 1-64 characters of A-Z a-z 0-9 _ . - "
             "(not '.' or '..')"
         )
-    return session_id
+    return value
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is 1-64 of ``[A-Za-z0-9_.-]`` and not ``.`` or ``..``."""
+    return _checked_id(session_id, "session")
+
+
+def validate_user_id(user_id: object) -> str:
+    """Return ``user_id`` if it follows the rule of session ids (:func:`validate_session_id`)."""
+    return _checked_id(user_id, "user")
 
 
 def parse_time(value: object, what: str = "timestamp") -> datetime:

@@ -53,6 +53,7 @@ class Writer:
         self.config = config
         self._next: dict[str, int] = {}
         self._closed: set[str] = set()
+        self._users: dict[str, str | None] = {}  # session -> its user (None: not bound)
         self._buffer: list[tuple[str, int, Message]] = []
         self._rows = TurnRows()  # the rows of the buffer's first `_rows_n` messages, derived once
         self._rows_n = 0
@@ -92,6 +93,7 @@ class Writer:
         if session_id not in self._next:
             row = self.store.q("session_row", {"sid": session_id}).fetchone()
             self._next[session_id] = int(row[2]) if row else 0
+            self._users[session_id] = row[5] if row else None
             if row and row[1] == "closed":
                 self._closed.add(session_id)
         return self._next[session_id]
@@ -100,16 +102,39 @@ class Writer:
         """Forget the cached 'closed' state of a session (after the tables changed)."""
         self._closed.discard(session_id)
         self._next.pop(session_id, None)
+        self._users.pop(session_id, None)
+
+    def user_of(self, session_id: str) -> str | None:
+        """The user the session is bound to (``None``: none, or no such session)."""
+        with self._lock:
+            self.next_turn(session_id)
+            return self._users.get(session_id)
+
+    def check_user(self, session_id: str, user_id: str | None) -> None:
+        """Refuse ``user_id`` for a session already written without it or bound to another."""
+        if user_id is None:
+            return
+        with self._lock:
+            start = self.next_turn(session_id)
+            bound = self._users.get(session_id)
+            if bound == user_id or (bound is None and start == 0):
+                return
+            raise ConflictError(
+                f"session {session_id!r} belongs to user {bound!r}, not {user_id!r}"
+                if bound is not None else
+                f"session {session_id!r} was started without a user; its user cannot change")
 
     # -- adding -------------------------------------------------------------
 
     def add(self, session_id: str, messages: Sequence[Message],
-            progress: Callable[[int, int], None] | None = None) -> tuple[list[int], int]:
+            progress: Callable[[int, int], None] | None = None, *,
+            user_id: str | None = None) -> tuple[list[int], int]:
         """Journal ``messages`` (all or none); their turn numbers and a ticket for :meth:`sync`.
 
         Messages whose client id the session already has are not stored again (their first
         turn's number is returned). Flushes whenever ``flush_every`` messages wait, calling
-        ``progress(done, total)`` after each of those flushes but the last.
+        ``progress(done, total)`` after each of those flushes but the last. ``user_id`` binds a
+        new session to its user (see :meth:`check_user`).
         """
         if self.store.read_only:  # nothing would ever store them: refuse, do not drop
             raise CCEError("this store is open read-only; open it without read_only to write")
@@ -119,6 +144,8 @@ class Writer:
             start = self.next_turn(session_id)
             if session_id in self._closed:
                 raise ConflictError(f"session {session_id!r} is closed; open a new session")
+            self.check_user(session_id, user_id)
+            user = self._users.get(session_id) or user_id
             known = self._known_ids(session_id, messages)
             numbers: list[int] = []
             numbered: list[tuple[str, int, Message]] = []
@@ -134,11 +161,13 @@ class Writer:
             ticket = 0
             if self.journal is not None and numbered:
                 try:
-                    ticket = self.journal.append(_record(s, n, m) for s, n, m in numbered)
+                    ticket = self.journal.append(_record(s, n, m, user) for s, n, m in numbered)
                 except StorageError as exc:
                     self.store.failed(exc)  # the folder counts as failing until a flush works
                     raise
             self._next[session_id] = start + len(numbered)
+            if numbered:
+                self._users[session_id] = user
             for _, _, m in numbered:
                 if m.message_id is not None:
                     self._ids[(session_id, m.message_id)] = known[m.message_id]
@@ -228,6 +257,8 @@ class Writer:
             if sid not in stored:
                 stored[sid] = self.next_turn(sid)
             if n >= max(stored[sid], self._next[sid]):
+                if self._users.get(sid) is None and isinstance(rec.get("u"), str):
+                    self._users[sid] = rec["u"]
                 self._buffer.append((sid, n, msg))
                 self._next[sid] = max(self._next[sid], n + 1)
                 if msg.message_id is not None:
@@ -240,6 +271,7 @@ class Writer:
         self._recoveries = self.store.recoveries
         self._next.clear()
         self._closed.clear()
+        self._users.clear()
         self._df.clear()
         self._buffer = []
         self._rows, self._rows_n = TurnRows(), 0
@@ -355,6 +387,7 @@ class Writer:
             "session_id": list(sessions), "created_at": [now] * len(sessions),
             "updated_at": [now] * len(sessions),
             "next_turn": pa.array(list(sessions.values()), pa.int32()),
+            "user_id": pa.array([self._users.get(sid) for sid in sessions], pa.string()),
         })
         with registered(con, _b_sessions=sess):
             self.store.q("upsert_sessions")
@@ -444,9 +477,11 @@ class Writer:
             self.journal.close()
 
 
-def _record(sid: str, n: int, m: Message) -> dict[str, Any]:
+def _record(sid: str, n: int, m: Message, user: str | None = None) -> dict[str, Any]:
     rec: dict[str, Any] = {"s": sid, "n": n, "r": m.role, "p": m.speaker, "c": m.content,
                            "t": m.ts.isoformat()}
+    if user is not None:
+        rec["u"] = user
     if m.message_id is not None:
         rec["i"] = m.message_id
     return rec

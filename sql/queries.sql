@@ -2,15 +2,17 @@
 
 -- name: session_row
 -- One session's bookkeeping row.
-SELECT session_id, status, next_turn, created_at, updated_at
+SELECT session_id, status, next_turn, created_at, updated_at, user_id
 FROM main.sessions WHERE session_id = $sid;
 
 -- name: upsert_sessions
--- Create sessions or move their turn counter forward (it never goes back).
-INSERT INTO main.sessions (session_id, created_at, updated_at, status, next_turn)
-SELECT session_id, created_at, updated_at, 'open', next_turn FROM _b_sessions
+-- Create sessions or move their turn counter forward (it never goes back); a session's user,
+-- once set, is kept.
+INSERT INTO main.sessions (session_id, created_at, updated_at, status, next_turn, user_id)
+SELECT session_id, created_at, updated_at, 'open', next_turn, user_id FROM _b_sessions
 ON CONFLICT (session_id) DO UPDATE SET
     next_turn = greatest(sessions.next_turn, excluded.next_turn),
+    user_id = coalesce(sessions.user_id, excluded.user_id),
     updated_at = excluded.updated_at;
 
 -- name: insert_turns
@@ -99,7 +101,7 @@ SELECT label, summary FROM main.notes WHERE session_id = $sid ORDER BY start_tur
 
 -- name: sessions
 -- Every session with its size.
-SELECT s.session_id, s.status, s.next_turn, s.created_at, s.updated_at,
+SELECT s.session_id, s.user_id, s.status, s.next_turn, s.created_at, s.updated_at,
     (SELECT count(*) FROM main.turns AS t WHERE t.session_id = s.session_id) AS turns,
     (SELECT count(*) FROM main.notes AS n WHERE n.session_id = s.session_id) AS notes
 FROM main.sessions AS s ORDER BY s.session_id;
@@ -335,3 +337,13 @@ SELECT next_turn, updated_at FROM main.sessions WHERE session_id = $sid;
 UPDATE main.notes SET retrieval_count = retrieval_count + b.n
 FROM _b_bump AS b
 WHERE notes.session_id = b.session_id AND notes.note_id = b.note_id;
+
+-- name: user_sessions
+-- A user's sessions in time order (of their first turn; sessions without turns last).
+SELECT s.session_id
+FROM main.sessions AS s
+LEFT JOIN (SELECT session_id, min(ts) AS first_ts FROM main.turns
+           WHERE session_id IN (SELECT session_id FROM main.sessions WHERE user_id = $uid)
+           GROUP BY session_id) AS t USING (session_id)
+WHERE s.user_id = $uid
+ORDER BY t.first_ts NULLS LAST, s.created_at, s.session_id;

@@ -11,7 +11,8 @@ CREATE TABLE sessions (
     created_at TIMESTAMP NOT NULL,
     updated_at TIMESTAMP NOT NULL,
     status VARCHAR NOT NULL DEFAULT 'open',
-    next_turn INTEGER NOT NULL DEFAULT 0
+    next_turn INTEGER NOT NULL DEFAULT 0,
+    user_id VARCHAR
 );
 
 CREATE TABLE turns (

@@ -269,7 +269,8 @@ def test_search_annotations_and_short_results(tmp_path: Path) -> None:
             assert "title" not in json.dumps(tool.input_schema), tool.name
             assert len(tool.description or "") <= 90, tool.name
         # 13 tools in 8,845 characters, annotations and the client message id included
-        # (2026-12-01, benchmarks/mcp_payload.py); 12 tools took 9,824 before
+        # (2026-12-01, benchmarks/mcp_payload.py); 12 tools took 9,824 before; 8,974 with the
+        # user_id arguments (2026-12-01)
         assert len(listed.model_dump_json(by_alias=True, exclude_none=True)) < 9_000
         err, out = await call("cce_ingest_history", {"session_id": "s1",
                                                      "messages": jmsgs(topic_messages())})

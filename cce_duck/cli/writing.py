@@ -30,6 +30,9 @@ Session = Annotated[str, typer.Argument(help="Session id.", show_default=False)]
 _FILE_HELP = ("JSON messages (a list, or {\"messages\": [...]}) or a transcript whose lines start "
               f"with {', '.join(p + ':' for p in TRANSCRIPT_PREFIXES)}; - reads stdin.")
 _ROLE_HELP = f"One of {', '.join(sorted(ROLES))}."
+UserOpt = Annotated[str | None, typer.Option(
+    "--user", "-u", help="The user the session belongs to (bound at its first write).",
+    show_default=False)]
 
 
 @contextmanager
@@ -59,6 +62,7 @@ def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
 def ingest(
     file: Annotated[str, typer.Argument(help=_FILE_HELP, show_default=False)],
     session: Annotated[str, typer.Option("--session", "-s", help="Session id.", show_default=False)],
+    user: UserOpt = None,
     as_json: JsonOpt = False,
     data_dir: DataDir = None,
     embedder: EmbedderOpt = None,
@@ -71,7 +75,7 @@ def ingest(
         raise _fail(FileNotFoundError(f"no such file: {file}"))
     with _engine(data_dir, embedder, summariser=summariser,
                  summariser_model=summariser_model) as eng, _progress_bar("ingesting") as progress:
-        added = eng.ingest_file(session, source, progress=progress)
+        added = eng.ingest_file(session, source, progress=progress, user_id=user)
         row = eng.stats(session).to_dicts()[0]
     if as_json:
         print_json({"session_id": session, "stored": len(added), "turns": row["turns"],
@@ -90,6 +94,7 @@ def add(
     name: Annotated[str | None, typer.Option("--name", help="Speaker's display name.")] = None,
     timestamp: Annotated[str | None, typer.Option(
         "--time", help="ISO-8601 time of the message.", show_default="now")] = None,
+    user: UserOpt = None,
     as_json: JsonOpt = False,
     data_dir: DataDir = None,
     embedder: EmbedderOpt = None,
@@ -97,7 +102,8 @@ def add(
     """Append one message to a session (created on first use)."""
     content = sys.stdin.read() if text == "-" else text
     with _engine(data_dir, embedder) as eng:
-        turn = eng.add_message(session, role, content, timestamp=timestamp, name=name)
+        turn = eng.add_message(session, role, content, timestamp=timestamp, name=name,
+                               user_id=user)
     if as_json:
         print_json({"session_id": session, "turn_no": turn})
     else:
@@ -106,24 +112,37 @@ def add(
 
 @app.command()
 def delete(
-    session: Session,
+    session: Annotated[str | None, typer.Argument(help="Session id.", show_default=False)] = None,
+    user: Annotated[str | None, typer.Option(
+        "--user", "-u", help="Delete every session of this user instead.",
+        show_default=False)] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     as_json: JsonOpt = False,
     data_dir: DataDir = None,
 ) -> None:
-    """Delete a session with everything stored about it (the file is rewritten without it)."""
+    """Delete a session (or with --user every session of a user) with everything stored about
+    it (the file is rewritten without it)."""
+    if (session is None) == (user is None):
+        raise _fail(ValueError("give a session id or --user, not both"))
     with _engine(data_dir) as eng:
-        row = eng.stats(session).to_dicts()[0]
+        sessions = [session] if session is not None else eng.user_sessions(str(user))
+        rows = [eng.stats(s).to_dicts()[0] for s in sessions]
+        what = repr(session) if session is not None else (
+            f"user {user!r} ({plural(len(sessions), 'session')})")
         if not yes:
-            say(f"{session!r}: {plural(row['turns'], 'turn')}, {plural(row['notes'], 'note')}, "
-                f"{plural(row['pins'], 'pin')} would be deleted for good")
+            say(f"{what}: {plural(sum(r['turns'] for r in rows), 'turn')}, "
+                f"{plural(sum(r['notes'] for r in rows), 'note')}, "
+                f"{plural(sum(r['pins'] for r in rows), 'pin')} would be deleted for good")
             if not sys.stdin.isatty():
                 raise _fail(ValueError("nothing deleted: confirm with --yes"))
-            if not typer.confirm("Delete this session?", default=False):
+            if not typer.confirm("Delete this session?" if session is not None else
+                                 "Delete every session of this user?", default=False):
                 raise _fail(ValueError("nothing deleted"))
-        removed = eng.delete_session(session)
+        removed = eng.delete_session(session) if session is not None else eng.delete_user(
+            str(user))
     if as_json:
-        print_json({"session_id": session, "deleted": removed})
+        print_json({"session_id": session, "deleted": removed} if session is not None else
+                   {"user_id": user, "sessions": sessions, "deleted": removed})
     else:
-        say(f"deleted {session!r}: " + ", ".join(
+        say(f"deleted {what}: " + ", ".join(
             f"{plural(n, 'row')} of {table}" for table, n in removed.items() if n))

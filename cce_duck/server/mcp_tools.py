@@ -33,6 +33,7 @@ T = TypeVar("T")
 SessionId = Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]  # 1+ chars
 Text = Annotated[str, Field(min_length=1, max_length=1_000_000)]
 Time = Annotated[str | None, Field(None, max_length=64, description="ISO-8601 date/time")]
+UserId = Annotated[str | None, Field(None, max_length=64)]  # checked as session ids are
 Role = Literal["system", "user", "assistant", "tool"]
 Budget = Annotated[int | None, Field(None, gt=0, le=1_000_000, description="Token cap")]
 Turns = Annotated[int | None, Field(None, gt=0, description="Only the last N turns")]
@@ -122,19 +123,20 @@ def build_server(engine: Engine) -> MCPServer[Any]:
     @server.tool(annotations=ADD)
     def cce_ingest_turn(session_id: SessionId, role: Role, content: Text, timestamp: Time = None,
                         name: Annotated[str | None, Field(None, max_length=128)] = None,
-                        id: Annotated[str | None, Field(None, max_length=128)] = None
-                        ) -> dict[str, Any]:
+                        id: Annotated[str | None, Field(None, max_length=128)] = None,
+                        user_id: UserId = None) -> dict[str, Any]:
         """Store one message; returns its turn number."""
-        turn = eng.call(e.add_message, session_id, role, content, timestamp, name, message_id=id)
+        turn = eng.call(e.add_message, session_id, role, content, timestamp, name, message_id=id,
+                        user_id=user_id)
         return {"session_id": session_id, "turn": turn}
 
     @server.tool(annotations=STORE)
     def cce_ingest_history(session_id: SessionId,
-                           messages: Annotated[list[MessageIn], Field(min_length=1, max_length=10_000)]
-                           ) -> dict[str, Any]:
+                           messages: Annotated[list[MessageIn], Field(min_length=1, max_length=10_000)],
+                           user_id: UserId = None) -> dict[str, Any]:
         """Store a whole history (messages already stored are skipped)."""
         msgs = [m.model_dump(exclude_none=True) for m in messages]
-        turns = eng.call(e.ingest, session_id, msgs)
+        turns = eng.call(e.ingest, session_id, msgs, user_id=user_id)
         return {"session_id": session_id, "stored_turns": turns}
 
     @server.tool(annotations=READ)
@@ -142,11 +144,18 @@ def build_server(engine: Engine) -> MCPServer[Any]:
                              top_k: Annotated[int | None, Field(None, gt=0, le=1000)] = None,
                              since: Time = None, until: Time = None, last_turns: Turns = None,
                              explain: Annotated[bool, Field(description="Add notes, scores and "
-                                                            "the budget split")] = False
-                             ) -> CallToolResult:
+                                                            "the budget split")] = False,
+                             user_id: UserId = None) -> CallToolResult:
         """The context to read before answering the question (the text; JSON with explain)."""
-        payload = eng.call(e.context, session_id, query, max_tokens=max_tokens, top_k=top_k,
-                           since=since, until=until, last_turns=last_turns, explain=explain)
+        if user_id is None:
+            payload = eng.call(e.context, session_id, query, max_tokens=max_tokens, top_k=top_k,
+                               since=since, until=until, last_turns=last_turns, explain=explain)
+        elif last_turns is not None:
+            raise ToolError("last_turns applies to one session: leave it out with user_id")
+        else:  # across the user's sessions, answered in session_id
+            payload = eng.call(e.user_context, user_id, query, session_id=session_id,
+                               max_tokens=max_tokens, top_k=top_k, since=since, until=until,
+                               explain=explain)
         out: dict[str, Any] = {"context": payload.to_string(), "tokens": payload.tokens,
                                "full_tokens": payload.full_tokens,
                                "pin_tokens": payload.pin_tokens,

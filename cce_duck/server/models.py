@@ -19,6 +19,7 @@ __all__ = [
     "SearchIn",
     "SqlIn",
     "TurnPatch",
+    "UserContextIn",
 ]
 
 MAX_TEXT = 1_000_000
@@ -51,6 +52,8 @@ class MessagesIn(_Strict):
     """Messages to append to a session."""
 
     messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
+    user_id: str | None = Field(None, max_length=64, description="The user the session belongs "
+                                "to: bound at its first write, never changed (409 otherwise)")
 
 
 class ContextIn(_Strict):
@@ -62,6 +65,19 @@ class ContextIn(_Strict):
     since: str | None = Field(None, max_length=64, description="ISO-8601 start of the time window")
     until: str | None = Field(None, max_length=64, description="ISO-8601 end of the time window")
     last_turns: int | None = Field(None, gt=0, le=10_000_000)
+    explain: bool = False
+
+
+class UserContextIn(_Strict):
+    """A context request across a user's sessions, optionally answered in one of them."""
+
+    query: str = Field(min_length=1, max_length=MAX_TEXT)
+    session_id: str | None = Field(None, max_length=64, description="The session being answered "
+                                   "in: its pins and recent turns come first, verbatim")
+    max_tokens: int | None = Field(None, gt=0, le=1_000_000)
+    top_k: int | None = Field(None, gt=0, le=1000)
+    since: str | None = Field(None, max_length=64, description="ISO-8601 start of the time window")
+    until: str | None = Field(None, max_length=64, description="ISO-8601 end of the time window")
     explain: bool = False
 
 

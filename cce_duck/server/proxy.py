@@ -4,7 +4,8 @@
 ``user`` field, else a hash of the first message), replaces a long history by the relevant notes
 plus the recent turns, forwards the request (streaming passes through chunk by chunk) and
 stores the model's answer. ``GET /v1/models`` is passed through. Our key goes in ``X-CCE-Key``;
-``Authorization`` is forwarded to the model server untouched.
+``Authorization`` is forwarded to the model server untouched. An ``X-CCE-User`` header binds
+the session to that user (else it has none).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def create_proxy(engine: Engine, upstream: str, keys: KeyRing | None = None, *,
                               user=body.get("user"))
         who.check(sid)
         plan: ChatPlan = await run_in_threadpool(guard.call, prepare_chat, engine, sid,
-                                                 body["messages"], max_tokens=max_tokens)
+                                                 body["messages"], max_tokens=max_tokens,
+                                                 user_id=request.headers.get("x-cce-user"))
         out = {**body, "messages": plan.messages}
         extra = {"x-cce-session": sid, "x-cce-trimmed": "1" if plan.trimmed else "0",
                  "x-cce-tokens": f"{plan.tokens_in}->{plan.tokens_out}"}

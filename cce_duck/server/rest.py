@@ -20,7 +20,14 @@ from cce_duck.server import manage_routes
 from cce_duck.server.deps import G, Sid, Who, frame_rows
 from cce_duck.server.http import BodyLimit, Guard, error_response, install_error_handlers
 from cce_duck.server.keys import KeyRing
-from cce_duck.server.models import CompressIn, ContextIn, MessagesIn, SearchIn, SqlIn
+from cce_duck.server.models import (
+    CompressIn,
+    ContextIn,
+    MessagesIn,
+    SearchIn,
+    SqlIn,
+    UserContextIn,
+)
 
 __all__ = ["create_app", "router"]
 
@@ -45,7 +52,8 @@ def list_sessions(g: G, who: Who) -> dict[str, Any]:
 def add_messages(sid: Sid, body: MessagesIn, g: G) -> dict[str, Any]:
     """Append messages to a session (created on first use); returns their turn numbers."""
     msgs = [m.model_dump(exclude_none=True) for m in body.messages]
-    return {"session_id": sid, "turns": g.call(g.engine.add_messages, sid, msgs)}
+    return {"session_id": sid,
+            "turns": g.call(g.engine.add_messages, sid, msgs, user_id=body.user_id)}
 
 
 @router.post("/sessions/{session_id}/context", tags=["sessions"])
@@ -55,6 +63,17 @@ def context(sid: Sid, body: ContextIn, g: G) -> dict[str, Any]:
                      top_k=body.top_k, since=body.since, until=body.until,
                      last_turns=body.last_turns, explain=body.explain)
     return payload.to_dict()
+
+
+@router.post("/users/{user_id}/context", tags=["users"])
+def user_context(user_id: str, body: UserContextIn, g: G, who: Who) -> dict[str, Any]:
+    """The token-capped context across every session of a user (admin key; 404 for an unknown
+    user, 409 for a ``session_id`` of another user)."""
+    who.require_admin()
+    payload = g.call(g.engine.user_context, user_id, body.query, session_id=body.session_id,
+                     max_tokens=body.max_tokens, top_k=body.top_k, since=body.since,
+                     until=body.until, explain=body.explain)
+    return {"user_id": user_id, **payload.to_dict()}
 
 
 @router.post("/sessions/{session_id}/search", tags=["sessions"])
@@ -82,6 +101,14 @@ def stats(sid: Sid, g: G) -> dict[str, Any]:
 def close(sid: Sid, g: G) -> dict[str, Any]:
     """Compress what is pending, write the session summary and close the session."""
     return {"session_id": sid, "summary": g.call(g.engine.close_session, sid)}
+
+
+@router.delete("/users/{user_id}", tags=["users"])
+def delete_user(user_id: str, g: G, who: Who) -> dict[str, Any]:
+    """Delete every session of a user, its text gone from every file (admin key; 404 for an
+    unknown user)."""
+    who.require_admin()
+    return {"user_id": user_id, "deleted": g.call(g.engine.delete_user, user_id)}
 
 
 @router.delete("/sessions/{session_id}", tags=["sessions"])

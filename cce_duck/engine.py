@@ -316,7 +316,7 @@ class Engine(ManagementMixin):
         """The token-capped context a model should receive before answering ``query``."""
         sid = validate_session_id(session_id)
         if not self.store.read_only:
-            self.writer.flush()
+            self._flush_for_context(sid)
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
         payload = build_context(self.store, self.config, req, explain=explain, cache=self.index)
         refine_explain(payload, Window(req.since, req.until, req.last_turns))
@@ -324,6 +324,16 @@ class Engine(ManagementMixin):
         if not self.store.read_only:
             self.writer.note_retrieved(sid, [n["note_id"] for n in payload.notes])
         return payload
+
+    def _flush_for_context(self, sid: str) -> None:
+        """Store what is journaled, unless the only messages waiting are this session's and
+        storing them would only add them: then the session's index takes them in from memory
+        and the tables get them with the next flush (by size, by time, any other read, close)."""
+        unstored = self.writer.unstored(sid)
+        if unstored is None or not self.index.take_unstored(
+                self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
+                batch_turns=self.config.live_batch_turns):
+            self.writer.flush()
 
     def user_sessions(self, user_id: str) -> list[str]:
         """The user's sessions in time order (of their first turn); raises

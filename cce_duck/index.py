@@ -260,8 +260,10 @@ class SessionIndex:
         and the turns they compress; the index is then what a load would give (scores, texts and
         notes alike; only the vocabulary's order differs). ``False`` (the index unchanged) when
         the flush is not a plain continuation of the rows loaded: then it must be loaded again."""
-        new = [i for i, t in enumerate(flushed.rows.turns) if t["session_id"] == sid]
         first, stop = int(self.key[1]), flushed.next_turn.get(sid, int(self.key[1]))
+        # rows the index holds already (served from memory before they were stored) are skipped
+        new = [i for i, t in enumerate(flushed.rows.turns)
+               if t["session_id"] == sid and t["turn_no"] >= first]
         turns = [flushed.rows.turns[i] for i in new]
         if flushed.raw_dropped or [t["turn_no"] for t in turns] != list(range(first, stop)):
             return False
@@ -284,7 +286,7 @@ class SessionIndex:
             if self.content[r] is not None]
         done = {t for t, _ in assigned}
         self.uncompressed = [u for u in added + self.uncompressed if u["turn_no"] not in done]
-        self.key = (flushed.updated_at, stop)
+        self.key = (self.key[0] if flushed.updated_at is None else flushed.updated_at, stop)
         self.__dict__.pop("base_bytes", None)
         return True
 
@@ -318,7 +320,8 @@ class SessionIndex:
         if any(t["speaker"] not in speakers for t in turns):
             self.__dict__.pop("speaker_terms", None)
         # sentences: the flush's sentence rows of this session, in (turn, sentence) order
-        keep = [j for j, r in enumerate(stored.svec_rows) if r[0] == sid]
+        first = int(turn_no[len(turn_no) - len(turns)])
+        keep = [j for j, r in enumerate(stored.svec_rows) if r[0] == sid and r[1] >= first]
         if keep:
             sv = _int8_matrix(quantize(np.vstack(stored.svec)), dim)[keep]
             srows = [stored.svec_rows[j] for j in keep]
@@ -329,7 +332,7 @@ class SessionIndex:
                                                                   np.int64)])
             self.s_end = np.concatenate([self.s_end, np.array([r[4] for r in srows], np.int64)])
             self.svec = np.concatenate([self.svec, sv])
-        post = [p for p in stored.post if p[0] == sid]
+        post = [p for p in stored.post if p[0] == sid and p[2] >= first]
         if post:
             self._add_postings(post, turn_no)
 
@@ -608,6 +611,27 @@ class IndexCache:
             self._generation.pop(old_sid, None)
             total -= dropped.nbytes
         return idx
+
+    def take_unstored(self, store: Store, sid: str, unstored: Flushed, *, hot_turns: int,
+                      batch_turns: int) -> bool:
+        """Extend the current index of ``sid`` with journaled rows not stored yet, when storing
+        them would compress nothing (fewer than ``batch_turns`` uncompressed turns older than
+        the ``hot_turns`` window): a context then reads what a flush would have left, without
+        the flush. ``False`` when the rows must be stored first (they may stay in the index:
+        the flush that stores them skips them)."""
+        idx = self.current(store, sid)
+        if idx is None or not self.extend_on_write:
+            return False
+        try:
+            if not idx.extend(unstored, sid):
+                return False
+        except BaseException:
+            self._items.pop(sid)
+            self._generation.pop(sid, None)
+            raise
+        before = int(idx.key[1]) - hot_turns
+        pending = int(np.count_nonzero((idx.note_id < 0) & (idx.turn_no < before)))
+        return pending < batch_turns
 
     def advance(self, before: int, after: int, changed: set[str],
                 flushed: Flushed | None = None) -> None:

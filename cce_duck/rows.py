@@ -196,7 +196,7 @@ class Flushed:
 
     rows: TurnRows
     next_turn: dict[str, int]
-    updated_at: datetime
+    updated_at: datetime | None  # None: not stored yet (journaled rows served from memory)
     notes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     assigned: list[tuple[str, int, int]] = field(default_factory=list)
     raw_dropped: bool = False

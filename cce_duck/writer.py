@@ -40,6 +40,7 @@ from cce_duck.text import estimate_tokens
 __all__ = ["JOURNAL_FILE", "Writer"]
 
 RETRY_S = 1.0  # while the folder fails, a write retries the tables at most this often
+FLUSH_AFTER_S = 2.0  # journaled messages a context served from memory reach the tables this soon
 DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need them only when a
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
 
@@ -54,6 +55,9 @@ class Writer:
         self._closed: set[str] = set()
         self._users: dict[str, str | None] = {}  # session -> its user (None: not bound)
         self._buffer: list[tuple[str, int, Message]] = []
+        self._rows = TurnRows()  # the rows of the buffer's first `_rows_n` messages, derived once
+        self._rows_n = 0
+        self._buffered_at = 0.0  # when the buffer's oldest message arrived (monotonic)
         #: client ids of buffered messages: (session, id) -> (turn, role, content hash)
         self._ids: dict[tuple[str, str], tuple[int, str, int]] = {}
         self._lock = threading.RLock()  # adding and flushing, one thread at a time
@@ -168,13 +172,38 @@ class Writer:
                 if m.message_id is not None:
                     self._ids[(session_id, m.message_id)] = known[m.message_id]
             step = self.config.flush_every
+            if numbered and not self._buffer:
+                self._buffered_at = time.monotonic()
             for i in range(0, len(numbered), step):
                 self._buffer.extend(numbered[i : i + step])
                 if len(self._buffer) >= step:
                     self._flush_journaled()
                 if progress is not None and i + step < len(numbered):
                     progress(i + step, len(messages))
+            if self._buffer and time.monotonic() - self._buffered_at >= FLUSH_AFTER_S:
+                self._flush_journaled()  # batched by time too, when reads do not flush
             return numbers, ticket
+
+    def unstored(self, session_id: str) -> Flushed | None:
+        """The rows of the journaled messages not in the tables yet, when they all belong to
+        ``session_id`` and storing them would change nothing but add them (plain writes: raw
+        text kept, no warm-tier cap, the store working); else ``None``. Their vectors are
+        computed here once: the flush that stores them uses the same rows."""
+        with self._lock:
+            if (not self._buffer or self.store.failure is not None
+                    or self._recoveries != self.store.recoveries
+                    or not self.config.keep_raw_turns or self.config.warm_tier_max_chunks
+                    or any(s != session_id for s, _, _ in self._buffer)):
+                return None
+            return Flushed(self._derived(), {session_id: self._buffer[-1][1] + 1}, None)
+
+    def _derived(self) -> TurnRows:
+        """The rows of every buffered message (derived on first use, then kept)."""
+        for sid, n, m in self._buffer[self._rows_n:]:
+            self._rows.add(self.store.embedder, self.config, sid, n, m.role, m.speaker,
+                           m.content, m.ts, message_id=m.message_id)
+        self._rows_n = len(self._buffer)
+        return self._rows
 
     def _flush_journaled(self) -> None:
         """Flush messages that are already safe in the journal: a storage failure leaves them
@@ -245,6 +274,7 @@ class Writer:
         self._users.clear()
         self._df.clear()
         self._buffer = []
+        self._rows, self._rows_n = TurnRows(), 0
         self._ids.clear()
         if self.journal is not None:
             self._load_journal()
@@ -267,7 +297,7 @@ class Writer:
             self._recover()
         if not self._buffer and not finish and not (counts and self._retrieved):
             return
-        sessions, rows = self._prepare(self._buffer)
+        sessions, rows = self._prepare()
         finish = finish or set()
         before = self.store.generation
         self._fresh = []
@@ -287,6 +317,7 @@ class Writer:
             self.flushed = None
             raise
         self._buffer = []
+        self._rows, self._rows_n = TurnRows(), 0
         self._ids.clear()
         if len(rows.turns) >= self.config.flush_every:
             release_free_memory()  # a full batch frees its Arrow tables and strings at once
@@ -343,15 +374,12 @@ class Writer:
         """Messages journaled but not yet in the tables."""
         return len(self._buffer)
 
-    def _prepare(self, items: list[tuple[str, int, Message]]) -> tuple[dict[str, int], TurnRows]:
-        """Next turn numbers per session, and the rows of ``items``."""
+    def _prepare(self) -> tuple[dict[str, int], TurnRows]:
+        """Next turn numbers per session, and the rows of the buffer."""
         sessions: dict[str, int] = {}
-        rows = TurnRows()
-        for sid, n, m in items:
+        for sid, n, _ in self._buffer:
             sessions[sid] = max(sessions.get(sid, 0), n + 1)
-            rows.add(self.store.embedder, self.config, sid, n, m.role, m.speaker, m.content, m.ts,
-                     message_id=m.message_id)
-        return sessions, rows
+        return sessions, self._derived()
 
     def _insert(self, con: Any, sessions: dict[str, int], rows: TurnRows) -> None:
         now = self.flushed.updated_at if self.flushed is not None else clock.now()

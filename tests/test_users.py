@@ -227,6 +227,13 @@ def test_rest_user_context(tmp_path: Path) -> None:
         assert c.post("/v1/users/alice/context",
                       json={"query": "x", "session_id": "bob-0"}).status_code == 409
         assert c.post("/v1/users/a..b%2F/context", json={"query": "x"}).status_code in {400, 404}
+        listed = c.get("/v1/users").json()["users"]
+        assert [(u["user_id"], u["sessions"]) for u in listed] == [("alice", len(TOPICS)),
+                                                                   ("bob", 1)]
+        doc = c.get("/v1/users/alice/export").json()
+        assert [s["session_id"] for s in doc["sessions"]] == [f"alice-{k}" for k in
+                                                              range(len(TOPICS))]
+        assert c.get("/v1/users/carol/export").status_code == 404
 
 
 @pytest.mark.processes
@@ -377,3 +384,36 @@ def test_proxy_binds_the_user_and_trims_with_the_user_memory(tmp_path: Path) -> 
         users = {r["session_id"]: r["user_id"] for r in eng.sessions().to_dicts()}
         assert users["alice-chat"] == "alice"
         assert "x2" not in users
+
+
+# -- listing and exporting users ----------------------------------------------------------------
+
+def test_users_listing_and_export(tmp_path: Path) -> None:
+    with _engine(tmp_path / "d") as eng:
+        _user_store(eng)
+        eng.add_message("nobody", "user", "a session without a user")
+        users = eng.users().to_dicts()
+        assert [(u["user_id"], u["sessions"], u["turns"]) for u in users] == [
+            ("alice", len(TOPICS), 4 * len(TOPICS)), ("bob", 1, 2)]
+        doc = eng.user_document("alice")
+        assert [s["session_id"] for s in doc["sessions"]] == eng.user_sessions("alice")
+        assert doc["sessions"][4]["turns"][-1]["content"] == TOPICS[4][-1]
+        before = eng.user_document("alice")
+        for bad in (lambda: eng.export_user("carol", tmp_path / "x.json"),
+                    lambda: eng.export_user("../x", tmp_path / "x.json"),
+                    lambda: eng.export_user("alice", tmp_path / "x.json", format="csv"),
+                    lambda: eng.add_message("alice-0", "user", "x", user_id="bob"),
+                    lambda: eng.user_context("alice", "x", session_id="bob-0")):
+            with pytest.raises((NotFoundError, ValidationError, ConflictError)):
+                bad()
+        assert eng.user_document("alice") == before  # memory unchanged
+        assert not (tmp_path / "x.json").exists()
+        out = eng.export_user("alice", tmp_path / "alice.json")
+        assert json.loads(out.read_text())["user_id"] == "alice"
+        folder = eng.export_user("alice", tmp_path / "alice-pq", format="parquet")
+        assert sorted(p.name for p in folder.iterdir()) == sorted(eng.user_sessions("alice"))
+    with _engine(tmp_path / "other") as eng:  # every session folder imports
+        for sub in sorted(folder.iterdir()):
+            eng.import_session(sub)
+        assert eng.history("alice-4")[-1]["content"] == TOPICS[4][-1]
+        assert eng.user_sessions("alice") == [f"alice-{k}" for k in range(len(TOPICS))]

@@ -8,6 +8,12 @@ with its real time and speaker names. Then every question of categories 1-4 gets
 the engine (``Engine.context`` under the token budget) and from the raw-turn baselines of
 ``baselines.py`` under the same budget; each context is scored by ``scoring.py``. The report is
 a table on stdout and, with ``--json``, a file other scripts read (see ``benchmarks/README.md``).
+
+With ``--split-sessions`` each conversation is also ingested as one user whose LoCoMo sessions
+(``session_N``) are separate engine sessions, live, with the same times; every question is then
+asked at user scope (``Engine.user_context``) from a new, empty session of that user, and scored
+as the system ``cce_duck_user`` beside the single-session run and the baselines (which rank all
+of the user's turns).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from cce_duck.text import terms
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = (HERE.parent / ".." / "shared" / "data" / "locomo_dev.json").resolve()
-SYSTEMS: tuple[str, ...] = ("cce_duck", *BASELINES)
+SYSTEMS: tuple[str, ...] = ("cce_duck", "cce_duck_user", *BASELINES)
 DEFAULT_SWEEP = (250, 500, 1000, 2000, 4000)
 
 
@@ -185,6 +191,18 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                             "messages": len(conv.messages), "git_commit": commit,
                             "terms_probe": _TERMS_PROBE,
                             "turn_nos": turn_nos}), encoding="utf-8")
+                user_eng = None
+                if args.split_sessions:
+                    split = root / f"{embedder_name}-{sid}-split"
+                    shutil.rmtree(split, ignore_errors=True)  # ingested afresh every run
+                    user_eng = cce_duck.Engine(data_dir=split, embedder=args.embedder)
+                    t0 = time.perf_counter()
+                    for m in conv.messages:
+                        user_eng.add_message(f"{sid}-s{m['session']}"[:64], m["role"],
+                                             m["content"], timestamp=m["timestamp"],
+                                             name=m["name"], user_id=sid)
+                    user_eng.flush()
+                    timing["ingest_split_s"] += time.perf_counter() - t0
                 turns = [RawTurn(i, m["name"], m["content"], m["timestamp"])
                          for i, m in enumerate(conv.messages)]
                 by_dia = {m["dia_id"]: i for i, m in enumerate(conv.messages) if m.get("dia_id")}
@@ -195,8 +213,10 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 full_words = content_words(index.full_text)
                 for qa in questions[id(conv)]:
                     ask(eng, sid, conv, qa, index, by_dia, budgets, full_tokens, full_words, tally,
-                        counts, timing, details, turn_nos)
+                        counts, timing, details, turn_nos, user_eng)
                     progress.advance(t_ask)
+                if user_eng is not None:
+                    user_eng.close()
     if details:
         details.close()
     return {
@@ -219,6 +239,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                          "dense = the engine's embedder; hybrid = RRF k=60",
             "engine_config": config_doc,
             "reused_ingestion": reused,
+            "split_sessions": bool(args.split_sessions),
         },
         "counts": {"messages": n_msgs, "questions": n_q, **dict(counts)},
         "timing_s": {k: round(v, 2) for k, v in timing.items()},
@@ -245,7 +266,7 @@ def _ingested(marker: Path, conv: Conversation, embedder: str) -> list[int] | No
 def ask(eng: cce_duck.Engine, sid: str, conv: Conversation, qa: dict[str, Any], index: TurnIndex,
         by_dia: dict[str, int], budgets: list[int], full_tokens: int, full_words: set[str],
         tally: Tally, counts: dict[str, int], timing: dict[str, float], details: Any,
-        turn_nos: list[int]) -> None:
+        turn_nos: list[int], user_eng: cce_duck.Engine | None = None) -> None:
     """Score one question for every system and budget."""
     cat = int(qa["category"])
     counts[f"category_{cat}"] += 1
@@ -282,6 +303,11 @@ def ask(eng: cce_duck.Engine, sid: str, conv: Conversation, qa: dict[str, Any], 
         payload = eng.context(sid, question, max_tokens=budget, explain=details is not None)
         timing["cce_duck_context_s"] += time.perf_counter() - t0
         texts = {"cce_duck": payload.to_string()}
+        if user_eng is not None:  # the same question from a new, empty session of the user
+            t0 = time.perf_counter()
+            texts["cce_duck_user"] = user_eng.user_context(
+                sid, question, session_id=f"{sid}-ask"[:64], max_tokens=budget).to_string()
+            timing["cce_duck_user_context_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         texts.update(index.contexts(rankings, budget))
         timing["baseline_context_s"] += time.perf_counter() - t0
@@ -387,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep each conversation's engine folder here and reuse a finished "
                          "ingestion of the same conversation and embedder (context-only "
                          "experiments; delete the folder after changing how messages are stored)")
+    ap.add_argument("--split-sessions", action="store_true",
+                    help="also ingest each conversation as one user with one engine session per "
+                         "LoCoMo session and ask at user scope (system cce_duck_user)")
     ap.add_argument("--details", type=Path, default=None,
                     help="write one JSON line per question and budget (contexts, explain)")
     args = ap.parse_args(argv)

@@ -83,6 +83,7 @@ def _conversation(item: dict[str, Any], image_captions: bool) -> Conversation:
                 "timestamp": start + i * TURN_STEP,
                 "name": speaker,
                 "dia_id": turn.get("dia_id"),
+                "session": n,
             })
     return Conversation(
         sample_id=str(item.get("sample_id", "")), speaker_a=a, speaker_b=b,

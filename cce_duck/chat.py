@@ -75,7 +75,8 @@ def prepare_chat(engine: Engine, session_id: str, messages: Sequence[Any], *,
     passes unchanged; a longer one becomes its system messages, then the memory block with the
     relevant notes, then the recent turns, ending with the new user message, all within
     ``max_tokens`` (when the system messages and the question alone do not fit, only they are
-    sent). ``user_id`` binds the session to its user (see :meth:`Engine.add_messages`).
+    sent). ``user_id`` binds the session to its user (see :meth:`Engine.add_messages`), and the
+    memory then comes from all of the user's sessions (:meth:`Engine.user_context`).
     """
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise ValidationError("messages must be a non-empty list")
@@ -98,7 +99,10 @@ def prepare_chat(engine: Engine, session_id: str, messages: Sequence[Any], *,
     # the question is sent last in any case: the memory gets what the budget leaves beside it
     room = budget - messages_tokens([*system, question])
     sent = list(system)
-    if room > 0:
+    if room > 0 and user_id is not None:  # the memory of every session of the user
+        sent += engine.user_context(user_id, question["content"], session_id=session_id,
+                                    max_tokens=room).to_messages()
+    elif room > 0:
         sent += engine.context(session_id, question["content"], max_tokens=room).to_messages()
     last = sent[-1] if sent else {}
     if last.get("role") != "user" or last.get("content") != question["content"]:

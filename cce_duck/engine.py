@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import polars as pl
 
-from cce_duck import clock, deletion, erasure
+from cce_duck import clock, deletion, erasure, export
 from cce_duck.allocator import tune_allocator
 from cce_duck.config import Config
 from cce_duck.context import (
@@ -345,6 +345,23 @@ class Engine(ManagementMixin):
         if not sessions:
             raise NotFoundError(f"unknown user {uid!r}")
         return sessions
+
+    def users(self) -> pl.DataFrame:
+        """Every user with how many sessions and turns they have and their first and last turn's
+        time."""
+        if not self.store.read_only:
+            self.writer.flush()
+        return self.store.frame("users")
+
+    def export_user(self, user_id: str, path: str | Path, *, format: str = "json") -> Path:
+        """Write every session of the user to ``path``: one JSON file, or with
+        ``format="parquet"`` a folder of session exports (one folder per session, each one
+        :meth:`import_session` reads). Unknown user: :class:`NotFoundError`."""
+        return export.export_user(self.store, user_id, self.user_sessions(user_id), path, format)
+
+    def user_document(self, user_id: str) -> dict[str, Any]:
+        """The JSON export of a user as a dict (what :meth:`export_user` writes)."""
+        return export.user_document(self.store, user_id, self.user_sessions(user_id))
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Delete every session of the user with everything stored about them (turns, vectors,

@@ -77,24 +77,35 @@ def confined_path(root: Path | None, path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def export_session(store: Store, sid: str, path: str | os.PathLike[str], fmt: str) -> Path:
-    """Write a session to ``path`` (a JSON file, or a folder for Parquet); returns the path."""
+def _checked_target(path: str | os.PathLike[str], fmt: str) -> Path:
+    """The path of an export in ``fmt``: a file for JSON, a folder for Parquet (refused
+    before anything is written)."""
     if fmt not in FORMATS:
         raise ValidationError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if not isinstance(path, str | os.PathLike) or not str(path):
         raise ValidationError("path must be a file or folder path")
     out = Path(path)
-    if fmt == "json":
-        if out.is_dir():
-            raise ValidationError(f"{out} is a folder; give a file path for a JSON export")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(session_document(store, sid), ensure_ascii=False, indent=1),
-                       encoding="utf-8")
-        os.replace(tmp, out)
-        return out
-    if out.exists() and not out.is_dir():
+    if fmt == "json" and out.is_dir():
+        raise ValidationError(f"{out} is a folder; give a file path for a JSON export")
+    if fmt != "json" and out.exists() and not out.is_dir():
         raise ValidationError(f"{out} is a file; give a folder path for a Parquet export")
+    return out
+
+
+def _write_json(out: Path, doc: dict[str, Any]) -> Path:
+    """Write ``doc`` to ``out`` atomically (a temporary file moved into place)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(doc, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+def export_session(store: Store, sid: str, path: str | os.PathLike[str], fmt: str) -> Path:
+    """Write a session to ``path`` (a JSON file, or a folder for Parquet); returns the path."""
+    out = _checked_target(path, fmt)
+    if fmt == "json":
+        return _write_json(out, session_document(store, sid))
     out.mkdir(parents=True, exist_ok=True)
     for table in PARQUET_TABLES:
         pq.write_table(store.q(f"export_{table}", {"sid": sid}).to_arrow_table(),
@@ -102,6 +113,28 @@ def export_session(store: Store, sid: str, path: str | os.PathLike[str], fmt: st
     manifest = {"format": FORMAT, "version": VERSION, "embedder": store.embedder.name,
                 "dim": store.dim, "session_id": sid, "tables": list(PARQUET_TABLES)}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    return out
+
+
+USER_FORMAT = "cce_duck-user"
+
+
+def user_document(store: Store, user_id: str, sessions: list[str]) -> dict[str, Any]:
+    """The JSON export of a user: each of ``sessions`` (the user's, in time order) as
+    :func:`session_document` gives it."""
+    return {"format": USER_FORMAT, "version": VERSION, "user_id": user_id,
+            "sessions": [{"session_id": sid, **session_document(store, sid)} for sid in sessions]}
+
+
+def export_user(store: Store, user_id: str, sessions: list[str], path: str | os.PathLike[str],
+                fmt: str) -> Path:
+    """Write a user to ``path``: a JSON file (:func:`user_document`) or, for Parquet, a folder
+    holding one session export folder per session (each one ``cce import`` reads)."""
+    out = _checked_target(path, fmt)
+    if fmt == "json":
+        return _write_json(out, user_document(store, user_id, sessions))
+    for sid in sessions:
+        export_session(store, sid, out / sid, "parquet")
     return out
 
 

@@ -347,3 +347,13 @@ LEFT JOIN (SELECT session_id, min(ts) AS first_ts FROM main.turns
            GROUP BY session_id) AS t USING (session_id)
 WHERE s.user_id = $uid
 ORDER BY t.first_ts NULLS LAST, s.created_at, s.session_id;
+
+-- name: users
+-- Every user with the number of their sessions and turns and the time of their first and last turn.
+SELECT s.user_id, count(*) AS sessions, sum(coalesce(t.turns, 0))::BIGINT AS turns,
+    min(t.first_ts) AS first_ts, max(t.last_ts) AS last_ts
+FROM main.sessions AS s
+LEFT JOIN (SELECT session_id, count(*) AS turns, min(ts) AS first_ts, max(ts) AS last_ts
+           FROM main.turns GROUP BY session_id) AS t USING (session_id)
+WHERE s.user_id IS NOT NULL
+GROUP BY s.user_id ORDER BY s.user_id;

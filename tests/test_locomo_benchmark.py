@@ -205,6 +205,29 @@ def test_harness_run_writes_the_documented_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.processes
+def test_harness_split_sessions_asks_at_user_scope(tmp_path: Path) -> None:
+    data = write_locomo(tmp_path / "mini.json")
+    out, root = tmp_path / "split.json", tmp_path / "folders"
+    proc = run_harness(str(data), "--embedder", "hash", "--budget", "80", "--split-sessions",
+                       "--data-dir", str(root), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert set(doc["systems"]) == SYSTEMS | {"cce_duck_user"}
+    assert doc["config"]["split_sessions"] is True
+    user = doc["systems"]["cce_duck_user"]
+    assert 0 < user["overall"]["tokens"] <= 80
+    assert user["overall"]["evidence_recall"] > doc["systems"]["recent"]["overall"][
+        "evidence_recall"]
+    (split,) = [p for p in root.iterdir() if p.name.endswith("-split")]
+    from cce_duck import Engine
+    with Engine(data_dir=split, embedder="hash") as eng:  # one user, one session per LoCoMo one
+        rows = eng.sessions().to_dicts()
+        assert len(rows) == len(SESSIONS)
+        assert {r["user_id"] for r in rows} == {rows[0]["session_id"].rsplit("-s", 1)[0]}
+        assert [r["turns"] for r in rows] == [len(t) for _, t in SESSIONS]
+
+
+@pytest.mark.processes
 def test_harness_budget_sweep_and_bad_arguments(tmp_path: Path) -> None:
     data = write_locomo(tmp_path / "mini.json")
     out = tmp_path / "sweep.json"

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import TOPICS, topic_messages
+from fake_openai import fake_upstream
 from mcp_client import McpClient
 from servers import CCE, cce_server
 
@@ -226,6 +227,13 @@ def test_rest_user_context(tmp_path: Path) -> None:
         assert c.post("/v1/users/alice/context",
                       json={"query": "x", "session_id": "bob-0"}).status_code == 409
         assert c.post("/v1/users/a..b%2F/context", json={"query": "x"}).status_code in {400, 404}
+        listed = c.get("/v1/users").json()["users"]
+        assert [(u["user_id"], u["sessions"]) for u in listed] == [("alice", len(TOPICS)),
+                                                                   ("bob", 1)]
+        doc = c.get("/v1/users/alice/export").json()
+        assert [s["session_id"] for s in doc["sessions"]] == [f"alice-{k}" for k in
+                                                              range(len(TOPICS))]
+        assert c.get("/v1/users/carol/export").status_code == 404
 
 
 @pytest.mark.processes
@@ -345,3 +353,67 @@ def test_rest_and_cli_delete_user(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
     assert _readable(data, kept) == []
+
+
+@pytest.mark.processes
+def test_proxy_binds_the_user_and_trims_with_the_user_memory(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with _engine(data) as eng:
+        _user_store(eng)
+    chat = [{"role": "user", "content": f"Small talk number {i} about the weather today."}
+            for i in range(30)] + [{"role": "user", "content": "How much do the piano lessons cost?"}]
+    with fake_upstream() as up, cce_server(["proxy", "--upstream", up.url, "--max-tokens", "150"],
+                                           data) as (base, _proc):
+        r = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+            "model": "m", "messages": chat}, headers={"X-CCE-Session": "alice-chat",
+                                                      "X-CCE-User": "alice"})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-cce-trimmed"] == "1"
+        sent = " ".join(m["content"] for m in up.requests[-1]["body"]["messages"])
+        assert "thirty dollars" in sent  # told in another session of alice
+        assert "session alice-4]" in sent
+        r = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+            "model": "m", "messages": chat[:2]}, headers={"X-CCE-Session": "alice-chat",
+                                                          "X-CCE-User": "bob"})
+        assert r.status_code == 409, r.text
+        r = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+            "model": "m", "messages": chat[:2]}, headers={"X-CCE-Session": "x2",
+                                                          "X-CCE-User": "../x"})
+        assert r.status_code == 400, r.text
+    with _engine(data) as eng:
+        users = {r["session_id"]: r["user_id"] for r in eng.sessions().to_dicts()}
+        assert users["alice-chat"] == "alice"
+        assert "x2" not in users
+
+
+# -- listing and exporting users ----------------------------------------------------------------
+
+def test_users_listing_and_export(tmp_path: Path) -> None:
+    with _engine(tmp_path / "d") as eng:
+        _user_store(eng)
+        eng.add_message("nobody", "user", "a session without a user")
+        users = eng.users().to_dicts()
+        assert [(u["user_id"], u["sessions"], u["turns"]) for u in users] == [
+            ("alice", len(TOPICS), 4 * len(TOPICS)), ("bob", 1, 2)]
+        doc = eng.user_document("alice")
+        assert [s["session_id"] for s in doc["sessions"]] == eng.user_sessions("alice")
+        assert doc["sessions"][4]["turns"][-1]["content"] == TOPICS[4][-1]
+        before = eng.user_document("alice")
+        for bad in (lambda: eng.export_user("carol", tmp_path / "x.json"),
+                    lambda: eng.export_user("../x", tmp_path / "x.json"),
+                    lambda: eng.export_user("alice", tmp_path / "x.json", format="csv"),
+                    lambda: eng.add_message("alice-0", "user", "x", user_id="bob"),
+                    lambda: eng.user_context("alice", "x", session_id="bob-0")):
+            with pytest.raises((NotFoundError, ValidationError, ConflictError)):
+                bad()
+        assert eng.user_document("alice") == before  # memory unchanged
+        assert not (tmp_path / "x.json").exists()
+        out = eng.export_user("alice", tmp_path / "alice.json")
+        assert json.loads(out.read_text())["user_id"] == "alice"
+        folder = eng.export_user("alice", tmp_path / "alice-pq", format="parquet")
+        assert sorted(p.name for p in folder.iterdir()) == sorted(eng.user_sessions("alice"))
+    with _engine(tmp_path / "other") as eng:  # every session folder imports
+        for sub in sorted(folder.iterdir()):
+            eng.import_session(sub)
+        assert eng.history("alice-4")[-1]["content"] == TOPICS[4][-1]
+        assert eng.user_sessions("alice") == [f"alice-{k}" for k in range(len(TOPICS))]

@@ -5,7 +5,8 @@
 plus the recent turns, forwards the request (streaming passes through chunk by chunk) and
 stores the model's answer. ``GET /v1/models`` is passed through. Our key goes in ``X-CCE-Key``;
 ``Authorization`` is forwarded to the model server untouched. An ``X-CCE-User`` header binds
-the session to that user (else it has none).
+the session to that user (else it has none) and trims with the memory of all of the user's
+sessions.
 """
 
 from __future__ import annotations

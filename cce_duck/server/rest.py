@@ -103,6 +103,22 @@ def close(sid: Sid, g: G) -> dict[str, Any]:
     return {"session_id": sid, "summary": g.call(g.engine.close_session, sid)}
 
 
+@router.get("/users", tags=["users"])
+def list_users(g: G, who: Who) -> dict[str, Any]:
+    """Every user with their session and turn counts (admin key)."""
+    who.require_admin()
+    return {"users": frame_rows(g.call(g.engine.users))}
+
+
+@router.get("/users/{user_id}/export", tags=["users"])
+def export_user(user_id: str, g: G, who: Who) -> dict[str, Any]:
+    """Every session of a user as JSON, each as ``GET /v1/sessions/{id}/export`` gives it (admin
+    key; 404 for an unknown user)."""
+    who.require_admin()
+    document: dict[str, Any] = g.call(g.engine.user_document, user_id)
+    return document
+
+
 @router.delete("/users/{user_id}", tags=["users"])
 def delete_user(user_id: str, g: G, who: Who) -> dict[str, Any]:
     """Delete every session of a user, its text gone from every file (admin key; 404 for an

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,10 +44,12 @@ from cce_duck.rows import Flushed, quantize
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, query_terms
+from cce_duck.topics import TopicTurn
 
 __all__ = ["Hit", "IndexCache", "SessionIndex", "retrieve_across"]
 
 Hit = dict[str, Any]
+TopicRule = Callable[[list[TopicTurn], Matrix], list[list[int]]]
 _ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
 
 _blas_lock = threading.Lock()
@@ -613,12 +615,13 @@ class IndexCache:
         return idx
 
     def take_unstored(self, store: Store, sid: str, unstored: Flushed, *, hot_turns: int,
-                      batch_turns: int) -> bool:
+                      batch_turns: int, topics_to_write: TopicRule) -> bool:
         """Extend the current index of ``sid`` with journaled rows not stored yet, when storing
-        them would compress nothing (fewer than ``batch_turns`` uncompressed turns older than
-        the ``hot_turns`` window): a context then reads what a flush would have left, without
-        the flush. ``False`` when the rows must be stored first (they may stay in the index:
-        the flush that stores them skips them)."""
+        them would compress nothing: fewer than ``batch_turns`` uncompressed turns older than
+        the ``hot_turns`` window, or no closed topic among them (``topics_to_write``, the
+        flush's own rule, on the same turns and vectors). A context then reads what a flush
+        would have left, without the flush. ``False`` when the rows must be stored first (they
+        may stay in the index: the flush that stores them skips them)."""
         idx = self.current(store, sid)
         if idx is None or not self.extend_on_write:
             return False
@@ -629,9 +632,16 @@ class IndexCache:
             self._items.pop(sid)
             self._generation.pop(sid, None)
             raise
-        before = int(idx.key[1]) - hot_turns
-        pending = int(np.count_nonzero((idx.note_id < 0) & (idx.turn_no < before)))
-        return pending < batch_turns
+        rows = np.flatnonzero((idx.note_id < 0) & (idx.turn_no < int(idx.key[1]) - hot_turns))
+        if len(rows) < batch_turns:
+            return True
+        if any(idx.content[r] is None for r in rows):
+            return False
+        turns = [TopicTurn(int(idx.turn_no[r]), idx.role[r], idx.speaker[r], idx.content[r] or "",
+                           idx.ts[r].item()) for r in rows]
+        vecs = (idx.mvec[rows].astype(np.float32) / float(ranking.spec().vector_scale)).astype(
+            np.float32)
+        return not topics_to_write(turns, vecs)
 
     def advance(self, before: int, after: int, changed: set[str],
                 flushed: Flushed | None = None) -> None:

@@ -410,16 +410,22 @@ class Writer:
         vecs = vectors_of(tbl.column("vector"), self.store.dim)
         turns = [topics.TopicTurn(r["turn_no"], r["role"], r["speaker"], r["content"] or "",
                                   r["ts"]) for r in rows]
+        groups = self.topics_to_write(turns, vecs, finish=finish)
+        if groups:
+            self._write_notes(con, sid, turns, rows, vecs, groups)
+
+    def topics_to_write(self, turns: list[topics.TopicTurn], vecs: Matrix, *,
+                        finish: bool = False) -> list[list[int]]:
+        """The topics of pending ``turns`` (and their vectors) a flush compresses into notes:
+        every closed one (the open last topic may still grow: it stays pending unless
+        ``finish``)."""
+        cfg = self.config
         threshold = cfg.topic_threshold if cfg.topic_threshold is not None else (
             self.store.embedder.topic_threshold)
         groups, last_closed = topics.segment(
             turns, vecs, threshold=threshold, min_turns=cfg.min_topic_turns,
             max_turns=cfg.max_topic_turns, gap_minutes=cfg.topic_gap_minutes)
-        if not finish and not last_closed:
-            groups = groups[:-1]  # the open last topic may still grow: it stays pending
-            if not groups:
-                return
-        self._write_notes(con, sid, turns, rows, vecs, groups)
+        return groups if finish or last_closed else groups[:-1]
 
     def _term_df(self, sid: str) -> tuple[Counter[str], int]:
         """Document frequencies of a session's terms, kept in memory once loaded."""

@@ -79,7 +79,7 @@ def test_chat_loop_contexts_match_a_reloaded_index(tmp_path: Path) -> None:
         notes = new.sql("SELECT count(*) AS n FROM notes")["n"][0]
         assert notes >= 5  # compression ran while the index was extended
         assert new.index.extensions >= len(msgs) // 10  # every flush extended the index
-        assert served >= len(msgs) // 4  # (batches of 4 turns: a flush compresses often)
+        assert served >= len(msgs) // 2  # flushed only when a topic closes (71 of 80 served)
         assert new.history("s") == ref.history("s")  # everything stored, in the same turns
         assert ref.index.extensions == 0
         assert ref.index.loads >= len(msgs)

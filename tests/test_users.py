@@ -234,6 +234,18 @@ def test_rest_user_context(tmp_path: Path) -> None:
         assert [s["session_id"] for s in doc["sessions"]] == [f"alice-{k}" for k in
                                                               range(len(TOPICS))]
         assert c.get("/v1/users/carol/export").status_code == 404
+        r = c.post("/v1/users/alice/pins", json={"text": "Alice is allergic to peanuts."})
+        assert r.status_code == 200, r.text
+        pid = r.json()["pin_id"]
+        assert c.post("/v1/users/carol/pins", json={"text": "x"}).status_code == 404
+        assert c.post("/v1/users/alice/pins", json={"text": ""}).status_code == 422
+        assert [p["text"] for p in c.get("/v1/users/alice/pins").json()["pins"]] == [
+            "Alice is allergic to peanuts."]
+        ctx = c.post("/v1/sessions/alice-1/context", json={"query": "cook", "max_tokens": 80})
+        assert "peanuts" in ctx.json()["memory"]
+        assert c.delete(f"/v1/users/alice/pins/{pid}").status_code == 200
+        assert c.delete(f"/v1/users/alice/pins/{pid}").status_code == 404
+        assert c.get("/v1/users/alice/pins").json()["pins"] == []
 
 
 @pytest.mark.processes

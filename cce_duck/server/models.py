@@ -20,6 +20,7 @@ __all__ = [
     "SqlIn",
     "TurnPatch",
     "UserContextIn",
+    "UserPinIn",
 ]
 
 MAX_TEXT = 1_000_000
@@ -114,6 +115,12 @@ class ForgetIn(_Strict):
         if by_note == by_range or (by_range and (self.start is None or self.end is None)):
             raise ValueError("send either node_id, or start and end")
         return self
+
+
+class UserPinIn(_Strict):
+    """A text kept in every context of every session of a user."""
+
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
 
 
 class PinIn(_Strict):

@@ -27,6 +27,7 @@ from cce_duck.server.models import (
     SearchIn,
     SqlIn,
     UserContextIn,
+    UserPinIn,
 )
 
 __all__ = ["create_app", "router"]
@@ -117,6 +118,28 @@ def export_user(user_id: str, g: G, who: Who) -> dict[str, Any]:
     who.require_admin()
     document: dict[str, Any] = g.call(g.engine.user_document, user_id)
     return document
+
+
+@router.get("/users/{user_id}/pins", tags=["users"])
+def user_pins(user_id: str, g: G, who: Who) -> dict[str, Any]:
+    """The user's pins (admin key; 404 for an unknown user)."""
+    who.require_admin()
+    return {"user_id": user_id, "pins": frame_rows(g.call(g.engine.user_pins, user_id))}
+
+
+@router.post("/users/{user_id}/pins", tags=["users"])
+def pin_user(user_id: str, body: UserPinIn, g: G, who: Who) -> dict[str, Any]:
+    """Keep a text in every context of every session of the user (admin key)."""
+    who.require_admin()
+    return {"user_id": user_id, "pin_id": g.call(g.engine.pin_user, user_id, body.text)}
+
+
+@router.delete("/users/{user_id}/pins/{pin_id}", tags=["users"])
+def unpin_user(user_id: str, pin_id: int, g: G, who: Who) -> dict[str, Any]:
+    """Remove a pin of the user (admin key)."""
+    who.require_admin()
+    g.call(g.engine.unpin_user, user_id, pin_id)
+    return {"user_id": user_id, "pin_id": pin_id, "deleted": True}
 
 
 @router.delete("/users/{user_id}", tags=["users"])

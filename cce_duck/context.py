@@ -149,7 +149,7 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
 
     # 1. pins (at most a quarter of the budget); 2. recent and pending turns
     overview = is_overview_question(req.query)
-    pins = _pins(index, req, budget, memory_overhead)
+    pins = _pins(index.pins, req, budget, memory_overhead)
     verbatim = _recent(config, index, req, budget, overview, next_turn, first)
     first_verbatim = verbatim[0].turn_no if verbatim else None
 
@@ -189,12 +189,12 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
     return payload
 
 
-def _pins(index: SessionIndex, req: ContextRequest, budget: _Budget, memory_overhead: int
-          ) -> list[str]:
-    """The session's pin lines that fit at most a quarter of the budget."""
+def _pins(texts: list[str], req: ContextRequest, budget: _Budget, memory_overhead: int
+           ) -> list[str]:
+    """The pin lines that fit at most a quarter of the budget."""
     pins: list[str] = []
-    if index.pins and budget.take("overhead", memory_overhead + estimate_tokens(PIN_HEADER) + 1):
-        for text in index.pins:
+    if texts and budget.take("overhead", memory_overhead + estimate_tokens(PIN_HEADER) + 1):
+        for text in texts:
             line = f"- {text}"
             if budget.take("pins", estimate_tokens(line) + 1, limit=req.max_tokens // 4 +
                            budget.split["overhead"]):
@@ -255,27 +255,29 @@ def _trim(payload: ContextPayload, pins: list[str], cap: int, overview: bool,
 
 def build_user_context(store: Store, config: Config, req: ContextRequest,
                        sessions: list[str], *, cache: IndexCache | None = None,
-                       explain: bool = False) -> ContextPayload:
+                       explain: bool = False, user_pins: list[str] | None = None
+                       ) -> ContextPayload:
     """The context for ``req`` across ``sessions`` (a user's, in time order): the pins and
-    recent turns of ``req.session_id`` (when it is stored), then quotes ranked over every
+    recent turns of ``req.session_id`` (when it is stored; else ``user_pins``, the user's
+    own pins), then quotes ranked over every
     session as one conversation (:func:`cce_duck.index.retrieve_across`), each under the date
     and the session it was said in. The cap is never exceeded."""
     budget = _Budget(req.max_tokens)
     parts = [(s, _index(store, s, cache)) for s in sessions]
     own = dict(parts).get(req.session_id)
     memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(USER_MEMORY_HEADER) + 1
-    pins: list[str] = []
+    pins = [] if own is not None else _pins(user_pins or [], req, budget, memory_overhead)
     verbatim: list[VerbatimTurn] = []
     before: dict[str, int] = {}
     if own is not None:
         next_turn = int(own.key[1])
         first = next_turn - req.last_turns if req.last_turns else None
-        pins = _pins(own, req, budget, memory_overhead)
+        pins = _pins(own.pins, req, budget, memory_overhead)
         verbatim = _recent(config, own, req, budget, False, next_turn, first)
         if verbatim:
             before[req.session_id] = verbatim[0].turn_no
     full = sum(history_tokens(idx) for _, idx in parts)
-    pins_cost = pin_tokens(own.pins) if own is not None else 0
+    pins_cost = pin_tokens(own.pins if own is not None else user_pins or [])
     hits: list[dict[str, Any]] = []
     chosen: list[dict[str, Any]] = []
     dropped: list[dict[str, Any]] = []

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import polars as pl
 
-from cce_duck import clock, deletion, erasure, export
+from cce_duck import clock, deletion, erasure, export, pins
 from cce_duck.allocator import tune_allocator
 from cce_duck.config import Config
 from cce_duck.context import (
@@ -364,6 +364,22 @@ class Engine(ManagementMixin):
         """The JSON export of a user as a dict (what :meth:`export_user` writes)."""
         return export.user_document(self.store, user_id, self.user_sessions(user_id))
 
+    def pin_user(self, user_id: str, text: str) -> int:
+        """Keep ``text`` in every context of every session of the user (with the session's own
+        pins, within the same quarter of the budget); returns the pin id."""
+        self.user_sessions(user_id)  # an unknown user: NotFoundError
+        return pins.add_pin(self.store, pins.user_owner(user_id), text, None)
+
+    def user_pins(self, user_id: str) -> pl.DataFrame:
+        """The user's pins: ``pin_id, text, turn, created_at, updated_at``."""
+        self.user_sessions(user_id)
+        return pins.list_pins(self.store, pins.user_owner(user_id))
+
+    def unpin_user(self, user_id: str, pin_id: int) -> None:
+        """Remove a pin of the user."""
+        self.user_sessions(user_id)
+        pins.remove_pin(self.store, pins.user_owner(user_id), pin_id)
+
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Delete every session of the user with everything stored about them (turns, vectors,
         postings, notes, pins, summaries), with the guarantee of forgetting: the journal and the
@@ -371,8 +387,8 @@ class Engine(ManagementMixin):
         after a kill. Returns rows removed per table (``sessions``: how many sessions). An
         unknown user raises :class:`NotFoundError` and changes nothing."""
         sessions = self.user_sessions(user_id)
-        try:
-            return deletion.delete_sessions(self.store, sessions)
+        try:  # the user's pins go with the sessions (stored under the user's pin owner)
+            return deletion.delete_sessions(self.store, [*sessions, pins.user_owner(user_id)])
         finally:
             for sid in sessions:
                 self.writer.reopen(sid)
@@ -399,8 +415,9 @@ class Engine(ManagementMixin):
             if sid not in sessions and (owner is not None or self.writer.next_turn(sid)):
                 raise ConflictError(f"session {sid!r} does not belong to user {user_id!r}")
         req = self._request(sid, query, max_tokens, top_k, since, until)
+        own = [str(t) for t in self.user_pins(user_id)["text"]] if sid not in sessions else []
         payload = build_user_context(self.store, self.config, req, sessions, cache=self.index,
-                                     explain=explain)
+                                     explain=explain, user_pins=own)
         if not self.store.read_only:
             for n in payload.notes:
                 self.writer.note_retrieved(n["session_id"], [n["note_id"]])

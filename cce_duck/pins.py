@@ -11,7 +11,14 @@ from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.messages import MAX_CONTENT_CHARS
 from cce_duck.store import Store
 
-__all__ = ["add_pin", "list_pins", "remove_pin", "update_pin", "valid_id", "valid_text"]
+__all__ = ["add_pin", "list_pins", "remove_pin", "update_pin", "user_owner", "valid_id",
+           "valid_text"]
+
+
+def user_owner(user_id: str) -> str:
+    """The ``session_id`` a user's pins are stored under: ``@user:ID`` (never a valid session
+    id, so it names no session)."""
+    return f"@user:{user_id}"
 
 
 def valid_text(text: object, what: str = "text") -> str:

@@ -117,8 +117,12 @@ FROM main.notes WHERE session_id = $sid ORDER BY start_turn;
 SELECT summary, tokens, created_at FROM main.session_summaries WHERE session_id = $sid;
 
 -- name: pin_texts
--- Pins of a session, oldest first.
-SELECT pin_id, text FROM main.pins WHERE session_id = $sid ORDER BY pin_id;
+-- Pins of a session and of its user (kept under the user's pin owner, '@user:' || user_id),
+-- oldest first.
+SELECT pin_id, text FROM main.pins
+WHERE session_id = $sid
+   OR session_id = (SELECT '@user:' || user_id FROM main.sessions WHERE session_id = $sid)
+ORDER BY pin_id;
 
 -- name: full_tokens
 -- Tokens of a session's whole history (plus the per-message overhead).

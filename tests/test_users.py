@@ -268,7 +268,7 @@ def _readable(folder: Path, needles: list[str]) -> list[str]:
 def _marked_user(folder: Path) -> tuple[list[str], list[str]]:
     """dora's three sessions (turns, a pin, a closed session's summary), every text with a
     marker; and eve's session, whose markers must stay. Some of dora's turns stay journaled."""
-    gone = [f"QD{secrets.token_hex(8)}" for _ in range(3 * 8 + 2)]
+    gone = [f"QD{secrets.token_hex(8)}" for _ in range(3 * 8 + 3)]
     kept = [f"QK{secrets.token_hex(8)}" for _ in range(4)]
     with _engine(folder, flush_every=5) as eng:
         for s in range(3):
@@ -276,6 +276,7 @@ def _marked_user(folder: Path) -> tuple[list[str], list[str]]:
                     for i, m in enumerate(topic_messages()[:8])]
             eng.ingest(f"dora-{s}", msgs, user_id="dora")
         eng.pin("dora-1", f"pinned {gone[24]}")
+        eng.pin_user("dora", f"user pin {gone[26]}")
         eng.close_session("dora-0")
         eng.ingest("eve-0", [{"role": "user", "content": f"mine {k}"} for k in kept],
                    user_id="eve")
@@ -297,7 +298,7 @@ def test_delete_user_leaves_no_byte_in_the_folder(tmp_path: Path) -> None:
         removed = eng.delete_user("dora")
         assert removed["sessions"] == 3
         assert removed["turns"] == 25
-        assert removed["pins"] == 1
+        assert removed["pins"] == 2  # the session's pin and the user's
         assert removed["session_summaries"] == 1
         with pytest.raises(NotFoundError):
             eng.user_context("dora", "code")
@@ -417,3 +418,29 @@ def test_users_listing_and_export(tmp_path: Path) -> None:
             eng.import_session(sub)
         assert eng.history("alice-4")[-1]["content"] == TOPICS[4][-1]
         assert eng.user_sessions("alice") == [f"alice-{k}" for k in range(len(TOPICS))]
+
+
+def test_user_pins_reach_every_session_of_the_user(tmp_path: Path) -> None:
+    with _engine(tmp_path / "d") as eng:
+        _user_store(eng)
+        pid = eng.pin_user("alice", "Alice is allergic to peanuts.")
+        assert eng.user_pins("alice")["text"].to_list() == ["Alice is allergic to peanuts."]
+        for sid in ("alice-0", "alice-3"):
+            p = eng.context(sid, "What should I cook?", max_tokens=100)
+            assert "allergic to peanuts" in p.to_string()
+            assert p.tokens <= 100
+        for sid in ("new-chat", "alice-2"):  # a new chat of the user, or one of her sessions
+            p = eng.user_context("alice", "What should I cook?", session_id=sid, max_tokens=100)
+            assert p.pins == ["Alice is allergic to peanuts."]
+            assert "allergic to peanuts" in p.to_string()
+            assert p.tokens <= 100
+        assert "peanuts" not in eng.context("bob-0", "What should I cook?",
+                                            max_tokens=100).to_string()
+        with pytest.raises(NotFoundError):
+            eng.pin_user("carol", "x")
+        with pytest.raises(ValidationError):
+            eng.pin_user("alice", "   ")
+        assert len(eng.user_pins("alice")) == 1
+        eng.unpin_user("alice", pid)
+        assert "peanuts" not in eng.context("alice-0", "What should I cook?",
+                                            max_tokens=100).to_string()

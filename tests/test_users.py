@@ -80,6 +80,7 @@ os._exit(0)
 """
 
 
+@pytest.mark.processes
 def test_binding_survives_a_crash_before_the_tables(tmp_path: Path) -> None:
     """The user rides in the journal record: a process that dies before any flush loses it not."""
     subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "d")], check=True, timeout=120)

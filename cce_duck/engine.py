@@ -73,7 +73,7 @@ class Engine(ManagementMixin):
             tune_allocator()
         self.store = Store(config.data_dir, config.embedder, read_only=read_only,
                            encryption_key=config.encryption_key,
-                           memory_mb=config.duckdb_memory_mb)
+                           memory_mb=config.duckdb_memory_mb, lake=config.lake())
         self.index = IndexCache(config.index_cache_mb * 2**20)
         try:
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay

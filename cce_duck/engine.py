@@ -335,7 +335,8 @@ class Engine(ManagementMixin):
         if unstored is None or not self.index.take_unstored(
                 self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
                 batch_turns=self.config.live_batch_turns,
-                topics_to_write=self.writer.topics_to_write):
+                topics_to_write=self.writer.topics_to_write,
+                plan_notes=lambda *a: self.writer.plan_notes(sid, *a)):
             self.writer.flush()
 
     def user_sessions(self, user_id: str) -> list[str]:

@@ -51,6 +51,8 @@ __all__ = ["Hit", "IndexCache", "JoinedIndex", "SessionIndex", "retrieve_across"
 
 Hit = dict[str, Any]
 TopicRule = Callable[[list[TopicTurn], Matrix], list[list[int]]]
+#: Compresses closed topics in memory: (turns, their tokens, vectors, topics) -> what to take in
+NotePlan = Callable[[list[TopicTurn], list[int], Matrix, list[list[int]]], Flushed | None]
 _ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
 
 _blas_lock = threading.Lock()
@@ -856,33 +858,42 @@ class IndexCache:
         return joined
 
     def take_unstored(self, store: Store, sid: str, unstored: Flushed, *, hot_turns: int,
-                      batch_turns: int, topics_to_write: TopicRule) -> bool:
-        """Extend the current index of ``sid`` with journaled rows not stored yet, when storing
-        them would compress nothing: fewer than ``batch_turns`` uncompressed turns older than
-        the ``hot_turns`` window, or no closed topic among them (``topics_to_write``, the
-        flush's own rule, on the same turns and vectors). A context then reads what a flush
-        would have left, without the flush. ``False`` when the rows must be stored first (they
-        may stay in the index: the flush that stores them skips them)."""
+                      batch_turns: int, topics_to_write: TopicRule,
+                      plan_notes: NotePlan | None = None) -> bool:
+        """Extend the current index of ``sid`` with journaled rows not stored yet. When storing
+        them would compress something (``batch_turns`` uncompressed turns or more older than
+        the ``hot_turns`` window, and a closed topic among them by ``topics_to_write``, the
+        flush's own rule, on the same turns and vectors), ``plan_notes`` computes those notes
+        now (the flush that stores the rows writes them) and the index takes them in too. A
+        context then reads what a flush would have left, without the flush. ``False`` when the
+        rows must be stored first (they may stay in the index: the flush that stores them
+        skips them)."""
         idx = self.current(store, sid)
         if idx is None or not self.extend_on_write:
             return False
         try:
             if not idx.extend(unstored, sid):
                 return False
+            rows = np.flatnonzero((idx.note_id < 0)
+                                  & (idx.turn_no < int(idx.key[1]) - hot_turns))
+            if len(rows) < batch_turns:
+                return True
+            if any(idx.content[r] is None for r in rows):
+                return False
+            turns = [TopicTurn(int(idx.turn_no[r]), idx.role[r], idx.speaker[r],
+                               idx.content[r] or "", idx.ts[r].item()) for r in rows]
+            vecs = (idx.mvec[rows].astype(np.float32)
+                    / float(ranking.spec().vector_scale)).astype(np.float32)
+            groups = topics_to_write(turns, vecs)
+            if not groups:
+                return True
+            planned = None if plan_notes is None else plan_notes(
+                turns, [int(idx.tokens[r]) for r in rows], vecs, groups)
+            return planned is not None and idx.extend(planned, sid)
         except BaseException:
             self._items.pop(sid)
             self._generation.pop(sid, None)
             raise
-        rows = np.flatnonzero((idx.note_id < 0) & (idx.turn_no < int(idx.key[1]) - hot_turns))
-        if len(rows) < batch_turns:
-            return True
-        if any(idx.content[r] is None for r in rows):
-            return False
-        turns = [TopicTurn(int(idx.turn_no[r]), idx.role[r], idx.speaker[r], idx.content[r] or "",
-                           idx.ts[r].item()) for r in rows]
-        vecs = (idx.mvec[rows].astype(np.float32) / float(ranking.spec().vector_scale)).astype(
-            np.float32)
-        return not topics_to_write(turns, vecs)
 
     def advance(self, before: int, after: int, changed: set[str],
                 flushed: Flushed | None = None) -> None:

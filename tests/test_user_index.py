@@ -65,7 +65,8 @@ def test_joined_user_index_gives_the_plain_contexts(tmp_path: Path) -> None:
         assert eng.index.bulk_loads == 1  # the user's sessions were read together, once
         loads = eng.index.loads
         again = _contexts(eng, sids)
-        assert again == plain and eng.index.loads == loads  # nothing read again
+        assert again == plain
+        assert eng.index.loads == loads  # nothing read again
         # the parts' vectors are views of the joined index's: held once
         kept = eng.index._joined
         assert kept is not None
@@ -94,7 +95,7 @@ def test_concurrent_user_contexts_agree(tmp_path: Path) -> None:
                 for q in QUESTIONS * 3:
                     got.append((q, eng.user_context("alice", q, session_id=sids[0],
                                                     max_tokens=300).to_string()))
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:  # reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=ask) for _ in range(4)]

@@ -4,7 +4,8 @@
 #   scripts/pg.sh start        start the cluster if it is down (installing Debian's postgresql
 #                              where it is missing), create the test role; prints the DSN
 #   scripts/pg.sh stop         stop the cluster, only if `start` started it
-#   scripts/pg.sh run CMD...   start, run CMD with CCE_TEST_PG_DSN and CCE_REQUIRE_PG=1 set,
+#   scripts/pg.sh run CMD...   start, run CMD with CCE_TEST_PG_DSN, CCE_TEST_PG and
+#                              CCE_REQUIRE_PG=1 set,
 #                              stop (also when CMD fails); exits with CMD's status
 #
 # The tests create their own databases (prefix lake_) with the role below and drop them after.
@@ -58,7 +59,8 @@ case "${1:-}" in
         shift
         start >/dev/null
         trap stop EXIT
-        CCE_TEST_PG_DSN="$DSN" CCE_REQUIRE_PG=1 "$@"
+        # (CCE_TEST_PG: the same role for tests/pg.py, with the database it connects to first)
+        CCE_TEST_PG_DSN="$DSN" CCE_TEST_PG="$DSN dbname=postgres" CCE_REQUIRE_PG=1 "$@"
         ;;
     *) echo "usage: $0 start|stop|run CMD..." >&2; exit 2 ;;
 esac

@@ -9,22 +9,37 @@ reaches about 700 turns. In the same process, interleaved with the steps, the fl
 the embedder's bare model (no cache, no engine) embedding the step's message as a passage and
 its question as a query. Reported: step p50/p95, floor p50/p95 and their ratios against the
 targets of the chat loop (onnx: step p50 <= 2x floor, p95 <= 3x; hash: step p50 <= 5 ms), for
-each durability setting (``fsync``, the default, and ``os``). See ``docs/chat-loop.md``.
+each durability setting (``fsync``, the default, and ``os``).
+
+The same steps also go through the adapters, interleaved with the library's (the order rotates
+every step): a real ``cce serve rest`` process (``POST .../messages`` then ``POST .../context``
+over one keep-alive ``httpx`` connection) and a real ``cce serve mcp`` process (``cce_ingest_turn``
+then ``cce_retrieve_context`` with the official stdio client), each on its own copy of the
+prepared folder. Reported per adapter: step p50/p95 and the difference from the library's (target:
+REST <= library + 5 ms). See ``docs/chat-loop.md``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 from locomo_data import load
+from scale import rest_server, server_env
 
 import cce_duck
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from mcp_client import McpClient  # (the tests' synchronous stdio client)
 
 __all__ = ["CONVERSATION", "START", "STEPS", "TARGETS", "WARMUP", "chat_loop", "check"]
 
@@ -33,12 +48,15 @@ WARMUP = 10
 STEPS = 100
 START = 680 - STEPS - WARMUP  # replayed before the first step: the last step stores turn 679
 MAX_TOKENS = 1000
+Step = Callable[[dict[str, Any], str], int]  # one add -> context step; the context's tokens
 
 # (figure, embedder, op, target, label)
 TARGETS: list[tuple[str, str, str, float, str]] = [
     ("step_p50_vs_floor", "onnx", "<=", 2.0, "chat loop step p50 / floor"),
     ("step_p95_vs_floor", "onnx", "<=", 3.0, "chat loop step p95 / floor p50"),
     ("step_p50_ms", "hash", "<=", 5.0, "chat loop step p50 (ms)"),
+    ("rest_overhead_p50_ms", "hash", "<=", 5.0, "REST step p50 - library step p50 (ms)"),
+    ("rest_overhead_p50_ms", "onnx", "<=", 5.0, "REST step p50 - library step p50 (ms)"),
 ]
 
 
@@ -46,51 +64,122 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.quantile(np.asarray(values), q))
 
 
-def chat_loop(data: Path, embedder: str, durability: str = "fsync") -> dict[str, Any]:
-    """Step and floor figures of the chat loop for one embedder and durability setting."""
+def _prepare(msgs: list[dict[str, Any]], root: Path, embedder: str, durability: str) -> Path:
+    """A folder holding the session up to turn ``START``, replayed live, then closed."""
+    folder = root / "prepared"
+    with cce_duck.Engine(data_dir=folder, embedder=embedder, durability=durability) as eng:
+        for m in msgs[:START]:
+            eng.add_message(CONVERSATION, m["role"], m["content"], m["timestamp"], m["name"])
+    return folder
+
+
+@contextmanager
+def _rest(folder: Path, embedder: str, durability: str) -> Iterator[Step]:
+    """A real ``cce serve rest`` process on ``folder`` and a keep-alive client: one step."""
+    with rest_server(None, folder, embedder=embedder, durability=durability) as base, \
+            httpx.Client(base_url=base, timeout=120) as http:
+        def step(m: dict[str, Any], q: str) -> int:
+            http.post(f"/v1/sessions/{CONVERSATION}/messages", json={"messages": [
+                {k: m[k] for k in ("role", "content", "timestamp", "name")}]}).raise_for_status()
+            r = http.post(f"/v1/sessions/{CONVERSATION}/context",
+                          json={"query": q, "max_tokens": MAX_TOKENS})
+            r.raise_for_status()
+            return int(r.json()["tokens"])
+
+        yield step
+
+
+@contextmanager
+def _mcp(folder: Path, embedder: str, durability: str) -> Iterator[Step]:
+    """A real ``cce serve mcp`` process on ``folder`` and the official stdio client: one step."""
+    client = McpClient(folder, folder.parent / "mcp.log")
+    client.params.env = server_env(None, folder, embedder=embedder, durability=durability)
+    with client:
+        def step(m: dict[str, Any], q: str) -> int:
+            err, out = client.call("cce_ingest_turn", {
+                "session_id": CONVERSATION, "role": m["role"], "content": m["content"],
+                "timestamp": m["timestamp"], "name": m["name"]})
+            if err:
+                raise RuntimeError(out)
+            err, out = client.call("cce_retrieve_context", {
+                "session_id": CONVERSATION, "query": q, "max_tokens": MAX_TOKENS})
+            if err:
+                raise RuntimeError(out)
+            return int(out["tokens"])
+
+        yield step
+
+
+def chat_loop(data: Path, embedder: str, durability: str = "fsync",
+              adapters: bool = True) -> dict[str, Any]:
+    """Step and floor figures of the chat loop for one embedder and durability setting; with
+    ``adapters``, the same steps through a REST server and an MCP server (real processes, each
+    on its own copy of the prepared folder) interleaved with the library's, in turn order."""
     conv = next(c for c in load(data) if c.sample_id == CONVERSATION)
-    msgs = conv.messages
+    msgs = [{**m, "timestamp": str(m["timestamp"])} for m in conv.messages]
     questions = [qa["question"] for qa in conv.qa]
     sid = CONVERSATION
     root = Path(tempfile.mkdtemp(prefix="cce_loop_"))
     out: dict[str, Any] = {"embedder": embedder, "durability": durability,
                            "load_avg_1m_start": os.getloadavg()[0]}
+    names = ["library", *(("rest", "mcp") if adapters else ())]
     try:
-        eng = cce_duck.Engine(data_dir=root / "data", embedder=embedder, durability=durability)
-        bare = eng.store.embedder.inner
-        for m in msgs[:START]:
-            eng.add_message(sid, m["role"], m["content"], m["timestamp"], m["name"])
-        step_ms: list[float] = []
-        floor_ms: list[float] = []
-        tokens: list[int] = []
-        for i in range(WARMUP + STEPS):
-            m = msgs[START + i]
-            q = questions[i % len(questions)]
-            t0 = time.perf_counter()
-            bare.embed([m["content"]], "passage")
-            bare.embed([q], "query")
-            floor = (time.perf_counter() - t0) * 1e3
-            t0 = time.perf_counter()
-            eng.add_message(sid, m["role"], m["content"], m["timestamp"], m["name"])
-            payload = eng.context(sid, q, max_tokens=MAX_TOKENS)
-            step = (time.perf_counter() - t0) * 1e3
-            if i >= WARMUP:
-                step_ms.append(step)
-                floor_ms.append(floor)
-                tokens.append(payload.tokens)
-        out["turns_at_end"] = eng.writer.next_turn(sid)
-        out["index_loads"] = eng.index.loads
-        eng.close()
+        prepared = _prepare(msgs, root, embedder, durability)
+        for name in names:
+            shutil.copytree(prepared, root / name / "data")
+        with ExitStack() as stack:
+            eng = stack.enter_context(cce_duck.Engine(data_dir=root / "library" / "data",
+                                                      embedder=embedder, durability=durability))
+            bare = eng.store.embedder.inner
+
+            def library(m: dict[str, Any], q: str) -> int:
+                eng.add_message(sid, m["role"], m["content"], m["timestamp"], m["name"])
+                return eng.context(sid, q, max_tokens=MAX_TOKENS).tokens
+
+            steps: dict[str, Step] = {"library": library}
+            if adapters:
+                steps["rest"] = stack.enter_context(_rest(root / "rest" / "data", embedder,
+                                                          durability))
+                steps["mcp"] = stack.enter_context(_mcp(root / "mcp" / "data", embedder,
+                                                        durability))
+            times: dict[str, list[float]] = {n: [] for n in names}
+            tokens: dict[str, list[int]] = {n: [] for n in names}
+            floor_ms: list[float] = []
+            for i in range(WARMUP + STEPS):
+                m = msgs[START + i]
+                q = questions[i % len(questions)]
+                t0 = time.perf_counter()
+                bare.embed([m["content"]], "passage")
+                bare.embed([q], "query")
+                floor = (time.perf_counter() - t0) * 1e3
+                for name in names[i % len(names):] + names[: i % len(names)]:  # rotate order
+                    t0 = time.perf_counter()
+                    n_tokens = steps[name](m, q)
+                    ms = (time.perf_counter() - t0) * 1e3
+                    if i >= WARMUP:
+                        times[name].append(ms)
+                        tokens[name].append(n_tokens)
+                if i >= WARMUP:
+                    floor_ms.append(floor)
+            out["turns_at_end"] = eng.writer.next_turn(sid)
+            out["index_loads"] = eng.index.loads
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    step_ms = times["library"]
     out.update({
         "steps": STEPS, "warmup": WARMUP, "start_turn": START, "max_tokens": MAX_TOKENS,
         "step_p50_ms": _pct(step_ms, 0.5), "step_p95_ms": _pct(step_ms, 0.95),
         "floor_p50_ms": _pct(floor_ms, 0.5), "floor_p95_ms": _pct(floor_ms, 0.95),
-        "context_tokens_max": max(tokens), "load_avg_1m_end": os.getloadavg()[0],
+        "context_tokens_max": max(tokens["library"]), "load_avg_1m_end": os.getloadavg()[0],
     })
     out["step_p50_vs_floor"] = out["step_p50_ms"] / out["floor_p50_ms"]
     out["step_p95_vs_floor"] = out["step_p95_ms"] / out["floor_p50_ms"]
+    for name in names[1:]:
+        out[f"{name}_p50_ms"] = _pct(times[name], 0.5)
+        out[f"{name}_p95_ms"] = _pct(times[name], 0.95)
+        out[f"{name}_overhead_p50_ms"] = out[f"{name}_p50_ms"] - out["step_p50_ms"]
+        out[f"{name}_overhead_p95_ms"] = out[f"{name}_p95_ms"] - out["step_p95_ms"]
+        out[f"{name}_same_tokens"] = tokens[name] == tokens["library"]
     return out
 
 
@@ -99,7 +188,7 @@ def check(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for key, emb, op, target, label in TARGETS:
         for fig in results:
-            if fig["embedder"] != emb or fig["durability"] != "fsync":
+            if fig["embedder"] != emb or fig["durability"] != "fsync" or key not in fig:
                 continue
             value = fig[key]
             out.append({"figure": key, "embedder": emb, "label": label, "value": value,

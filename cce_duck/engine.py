@@ -77,6 +77,8 @@ class Engine(ManagementMixin):
                            encryption_key=config.encryption_key,
                            memory_mb=config.duckdb_memory_mb)
         self.index = IndexCache(config.index_cache_mb * 2**20)
+        #: user -> (store generation, its sessions in time order), for user contexts
+        self._user_sessions: dict[str, tuple[int, tuple[str, ...]]] = {}
         try:
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
@@ -335,7 +337,8 @@ class Engine(ManagementMixin):
         if unstored is None or not self.index.take_unstored(
                 self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
                 batch_turns=self.config.live_batch_turns,
-                topics_to_write=self.writer.topics_to_write):
+                topics_to_write=self.writer.topics_to_write,
+                plan_notes=lambda *a: self.writer.plan_notes(sid, *a)):
             self.writer.flush()
 
     def user_sessions(self, user_id: str) -> list[str]:
@@ -344,9 +347,16 @@ class Engine(ManagementMixin):
         uid = validate_user_id(user_id)
         if not self.store.read_only:
             self.writer.flush()
+        generation = self.store.generation
+        memo = self._user_sessions.get(uid)
+        if memo is not None and memo[0] == generation:  # no write since: the same order
+            return list(memo[1])
         sessions = [str(r[0]) for r in self.store.q("user_sessions", {"uid": uid}).fetchall()]
         if not sessions:
             raise NotFoundError(f"unknown user {uid!r}")
+        if len(self._user_sessions) >= 256:
+            self._user_sessions.clear()
+        self._user_sessions[uid] = (generation, tuple(sessions))
         return sessions
 
     def users(self) -> pl.DataFrame:

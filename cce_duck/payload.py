@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -106,8 +106,10 @@ class ContextPayload:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (times as ISO strings)."""
-        d = asdict(self)
-        d["turns"] = [{**asdict(t), "ts": t.ts.isoformat()} for t in self.turns]
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["turns"] = [{"turn_no": t.turn_no, "role": t.role, "speaker": t.speaker,
+                       "content": t.content, "ts": t.ts.isoformat(), "state": t.state}
+                      for t in self.turns]
         d["messages"] = self.to_messages()
         d["tokens"] = self.tokens
         d["tokens_saved"] = self.tokens_saved

@@ -320,12 +320,13 @@ class Store:
         self._install_macros(cur)
         return cur
 
-    def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
-        """Run the named query ``name`` from ``sql/queries.sql``."""
+    def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None, *,
+          source: str = "queries.sql") -> Any:
+        """Run the named query ``name`` from ``sql/queries.sql`` (or ``sql/<source>``)."""
         if self._detached and self.failure is not None:
             raise self.failure
         try:
-            return self.con.execute(query(name), params)
+            return self.con.execute(query(name, source), params)
         except duckdb.Error as exc:
             err = self.failed(exc)
             if err is exc:

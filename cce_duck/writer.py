@@ -74,6 +74,8 @@ class Writer:
         if config.summariser == "llm" and not store.read_only:
             self.summariser = Summariser(store, config)
         self._fresh: list[FreshNote] = []  # notes of this flush that wait for a model summary
+        #: notes computed for a read before their turns were stored: (session, notes, mapping)
+        self._planned: list[tuple[str, list[dict[str, Any]], list[tuple[str, int, int]]]] = []
         #: What the last flush stored (read by ``on_flush``: indexes in memory take it in).
         self.flushed: Flushed | None = None
         if store.data_dir is not None and not store.read_only:
@@ -281,6 +283,7 @@ class Writer:
         self._df.clear()
         self._buffer = []
         self._rows, self._rows_n = TurnRows(), 0
+        self._planned = []
         self._ids.clear()
         if self.journal is not None:
             self._load_journal()
@@ -316,6 +319,9 @@ class Writer:
                 if self._retrieved:
                     self._bump(con)
                 for sid in sorted(set(sessions) | finish):
+                    for owner, notes, mapping in self._planned:
+                        if owner == sid:
+                            self._store_notes(con, sid, notes, mapping)
                     self._compress(con, sid, finish=sid in finish,
                                    hot_too=hot_too and sid in finish)
         except BaseException:
@@ -324,6 +330,7 @@ class Writer:
             raise
         self._buffer = []
         self._rows, self._rows_n = TurnRows(), 0
+        self._planned = []
         self._ids.clear()
         if len(rows.turns) >= self.config.flush_every:
             release_free_memory()  # a full batch frees its Arrow tables and strings at once
@@ -452,6 +459,14 @@ class Writer:
                      rows: list[dict[str, Any]], vecs: Matrix, groups: list[list[int]]) -> None:
         df, n_docs = self._term_df(sid)
         ids = [r[0] for r in self.store.q("next_note_ids", {"n": len(groups)}).fetchall()]
+        notes, mapping = self._notes_of(sid, turns, [int(r["tokens"]) for r in rows], vecs,
+                                        groups, df, n_docs, ids)
+        self._store_notes(con, sid, notes, mapping)
+
+    def _notes_of(self, sid: str, turns: list[topics.TopicTurn], tokens: Sequence[int],
+                  vecs: Matrix, groups: list[list[int]], df: dict[str, int], n_docs: int,
+                  ids: list[int]) -> tuple[list[dict[str, Any]], list[tuple[str, int, int]]]:
+        """The note rows of topics ``groups`` of pending ``turns`` and the turns they compress."""
         now = clock.now()
         notes: list[dict[str, Any]] = []
         mapping: list[tuple[str, int, int]] = []
@@ -463,7 +478,7 @@ class Writer:
                 "note_id": note_id, "session_id": sid, "start_turn": part[0].turn_no,
                 "end_turn": part[-1].turn_no, "start_ts": part[0].ts, "end_ts": part[-1].ts,
                 "label": topics.label(part, df, n_docs), "summary": summary,
-                "raw_tokens": sum(int(rows[i]["tokens"]) for i in idx),
+                "raw_tokens": sum(int(tokens[i]) for i in idx),
                 "summary_tokens": estimate_tokens(summary), "level": 0, "retrieval_count": 0,
                 "created_at": now, "vector": topics.unit(v.mean(axis=0)),
             })
@@ -471,11 +486,14 @@ class Writer:
             if self.summariser is not None:
                 self._fresh.append(FreshNote(sid, note_id, tuple(part), notes[-1]["raw_tokens"],
                                              summary))
+        return notes, mapping
+
+    def _store_notes(self, con: Any, sid: str, notes: list[dict[str, Any]],
+                     mapping: list[tuple[str, int, int]]) -> None:
+        """Insert notes and mark the turns they compress (inside the flush's transaction)."""
         write_notes(self.store, notes, insert=True)
         if self.flushed is not None:
-            self.flushed.notes.setdefault(sid, []).extend(
-                {k: n[k] for k in ("note_id", "label", "start_turn", "end_turn", "start_ts",
-                                   "end_ts")} for n in notes)
+            self.flushed.notes.setdefault(sid, []).extend(_header(n) for n in notes)
             self.flushed.assigned.extend(mapping)
         cols = list(zip(*mapping, strict=True))
         mp = pa.table({"session_id": list(cols[0]), "turn_no": pa.array(cols[1], pa.int32()),
@@ -483,10 +501,45 @@ class Writer:
         with registered(con, _b_map=mp):
             self.store.q("assign_notes" if self.config.keep_raw_turns else "assign_notes_drop_raw")
 
+    def plan_notes(self, sid: str, turns: list[topics.TopicTurn], tokens: Sequence[int],
+                   vecs: Matrix, groups: list[list[int]]) -> Flushed | None:
+        """Compress closed topics of the session's pending turns now, in memory, as the next
+        flush would (same rule, note ids, labels and summaries); that flush stores them first.
+        ``turns`` (with their ``tokens`` and ``vecs``) are the session's uncompressed turns out
+        of the hot window, stored and journaled, as a read holds them; ``groups`` the topics
+        :meth:`topics_to_write` gives. Returns the note headers and compressed turns for the
+        index, or ``None`` when the flush must do it (not only this session's messages wait, a
+        model summariser, a failing store)."""
+        with self._lock:
+            if (self.summariser is not None or not self._buffer
+                    or self.store.failure is not None
+                    or any(s != sid for s, _, _ in self._buffer)):
+                return None
+            try:
+                df, n_docs = self._term_df(sid)
+                ids = [r[0] for r in self.store.q("next_note_ids",
+                                                  {"n": len(groups)}).fetchall()]
+            except StorageError:
+                return None
+            rows = self._derived()  # the stored statistics plus the journaled turns'
+            mine = [t for t in rows.turns if t["session_id"] == sid]
+            merged = Counter(df)
+            merged.update(p[1] for p in rows.post if p[0] == sid)
+            notes, mapping = self._notes_of(sid, turns, tokens, vecs, groups, merged,
+                                            n_docs + len(mine), ids)
+            self._planned.append((sid, notes, mapping))
+            return Flushed(TurnRows(), {}, None, {sid: [_header(n) for n in notes]}, mapping)
+
     def close(self) -> None:
         """Close the journal file (call after the last flush)."""
         if self.journal is not None:
             self.journal.close()
+
+
+def _header(note: dict[str, Any]) -> dict[str, Any]:
+    """What a session index keeps of a note."""
+    return {k: note[k] for k in ("note_id", "label", "start_turn", "end_turn", "start_ts",
+                                 "end_ts")}
 
 
 def _record(sid: str, n: int, m: Message, user: str | None = None) -> dict[str, Any]:

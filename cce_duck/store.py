@@ -437,8 +437,10 @@ class Store:
         return self.con.execute(sql, params).pl()
 
     @contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any error."""
+    def transaction(self, *, sessions: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+        """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any error. ``sessions=False``: the
+        transaction writes no table a session's cached index is read from (store items), so
+        :attr:`generation` stays and those indexes stay valid."""
         if self.read_only:
             raise CCEError("this store is open read-only")
         self.recover()
@@ -456,7 +458,8 @@ class Store:
                 raise
             raise err from exc
         self._run("COMMIT")
-        self.generation += 1
+        if sessions:
+            self.generation += 1
 
     def _run(self, sql: str) -> None:
         try:

@@ -100,6 +100,12 @@ class Writer:
                 self.journal.close()
                 raise
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock adding and flushing hold: writes outside the writer that share the store's
+        connection (store items) hold it too."""
+        return self._lock
+
     # -- turn numbers -------------------------------------------------------
 
     def next_turn(self, session_id: str) -> int:

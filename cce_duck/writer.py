@@ -29,6 +29,7 @@ from cce_duck.config import Config
 from cce_duck.derived import write_notes
 from cce_duck.embedders.base import Matrix
 from cce_duck.errors import CCEError, ConflictError, StorageError
+from cce_duck.groupcommit import GroupCommit
 from cce_duck.folder import JOURNAL_FILE
 from cce_duck.journal import Journal
 from cce_duck.messages import Message
@@ -78,18 +79,9 @@ class Writer:
         self._planned: list[tuple[str, list[dict[str, Any]], list[tuple[str, int, int]]]] = []
         #: What the last flush stored (read by ``on_flush``: indexes in memory take it in).
         self.flushed: Flushed | None = None
-        #: On a lake there is no journal: a message is acknowledged once a flush committed it
-        #: (see :meth:`sync`). Tickets count the messages added; ``_committed`` the ones a
-        #: flush settled, ``_lost`` the ranges (after, up to] a failed flush dropped.
-        self._lake = store.lake is not None
-        self._added = 0
-        self._committed = 0
-        self._lost: list[tuple[int, int]] = []
-        self._commit_cond = threading.Condition()
-        self._committing = False
-        #: Commits that acknowledged messages on a lake, and the messages they carried.
-        self.commits = 0
-        self.committed_messages = 0
+        #: On a lake there is no journal: a call is acknowledged once a flush committed its
+        #: messages, and concurrent calls share one commit (see :meth:`sync`).
+        self.group: GroupCommit | None = GroupCommit() if store.lake is not None else None
         if store.data_dir is not None and not store.read_only:
             self.journal = Journal(store.data_dir / JOURNAL_FILE, store.journal_codec,
                                    config.durability)
@@ -158,6 +150,18 @@ class Writer:
         """
         if self.store.read_only:  # nothing would ever store them: refuse, do not drop
             raise CCEError("this store is open read-only; open it without read_only to write")
+        if self.group is None:
+            return self._add(session_id, messages, progress, user_id)
+        self.group.arriving()  # (a commit about to start waits a moment for these messages)
+        try:
+            return self._add(session_id, messages, progress, user_id)
+        except BaseException:
+            self.group.issue(joined=False)
+            raise
+
+    def _add(self, session_id: str, messages: Sequence[Message],
+             progress: Callable[[int, int], None] | None, user_id: str | None
+             ) -> tuple[list[int], int]:
         with self._lock:
             if self.store.failure is not None:
                 self._flush_journaled()  # reopen the database first, if it is time to retry
@@ -179,9 +183,8 @@ class Writer:
                 if m.message_id is not None:
                     known[m.message_id] = (n, m.role, content_hash(m.role, m.content))
             ticket = 0
-            if self._lake and numbered:
-                self._added += len(numbered)
-                ticket = self._added
+            if self.group is not None:
+                ticket = self.group.issue(joined=bool(numbered))
             if self.journal is not None and numbered:
                 try:
                     ticket = self.journal.append(_record(s, n, m, user) for s, n, m in numbered)
@@ -251,41 +254,8 @@ class Writer:
         """
         if self.journal is not None and ticket:
             self.journal.sync(ticket)
-        elif self._lake and ticket:
-            self._commit(ticket)
-
-    def _commit(self, ticket: int) -> None:
-        with self._commit_cond:
-            while self._committed < ticket:
-                if self._committing:
-                    self._commit_cond.wait()
-                    continue
-                self._committing = True
-                self._commit_cond.release()
-                try:
-                    self.flush()
-                except CCEError:
-                    pass  # the range it dropped is in _lost: checked below
-                finally:
-                    self._commit_cond.acquire()
-                    self._committing = False
-                    self._commit_cond.notify_all()
-            for after, upto in self._lost:
-                if after < ticket <= upto:
-                    raise StorageError(
-                        f"{self.store.lake.describe() if self.store.lake else 'the lake'} did not "
-                        "commit these messages; nothing of this call was stored, retry it")
-
-    def _settle(self, upto: int, *, lost: bool) -> None:
-        """A lake flush ended: the messages up to ``upto`` are committed, or (``lost``) dropped."""
-        with self._commit_cond:
-            if lost and upto > self._committed:
-                self._lost = [*self._lost[-63:], (self._committed, upto)]
-            elif not lost and upto > self._committed:
-                self.commits += 1
-                self.committed_messages += upto - self._committed
-            self._committed = max(self._committed, upto)
-            self._commit_cond.notify_all()
+        elif self.group is not None and ticket:
+            self.group.wait(ticket, self.flush)
 
     def _known_ids(self, sid: str, messages: Sequence[Message]
                    ) -> dict[str, tuple[int, str, int]]:
@@ -333,8 +303,9 @@ class Writer:
         """Reopen a database that failed, and take the buffer again from the journal."""
         self.store.recover()
         self._recoveries = self.store.recoveries
-        if self._lake and self._buffer:  # no journal holds them: never acknowledged, dropped
-            self._settle(self._added, lost=True)
+        if self.group is not None and self._buffer:  # no journal holds them: never
+            self.group.finished(self.group.cut(), StorageError(  # acknowledged, dropped
+                f"{self.store.failure or 'the lake failed'}; nothing of this call was stored"))
         self._next.clear()
         self._closed.clear()
         self._users.clear()
@@ -360,22 +331,22 @@ class Writer:
             self._flush(finish, hot_too=hot_too, counts=counts)
 
     def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
-        if not self._lake:
+        if self.group is None:
             self._flush_tables(finish, hot_too=hot_too, counts=counts)
             return
-        upto = self._added
+        cut = self.group.cut()
         try:
             self._flush_tables(finish, hot_too=hot_too, counts=counts)
-        except BaseException:
+        except BaseException as exc:
             if self._buffer:  # never acknowledged: dropped, with what was derived from them
                 self._buffer = []
                 self._rows, self._rows_n = TurnRows(), 0
                 self._ids.clear()
                 self._next.clear()
                 self._users.clear()
-                self._settle(upto, lost=True)
+            self.group.finished(cut, exc)
             raise
-        self._settle(upto, lost=False)
+        self.group.finished(cut)
 
     def _flush_tables(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
         if self.store.failure is not None or self._recoveries != self.store.recoveries:

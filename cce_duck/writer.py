@@ -29,8 +29,8 @@ from cce_duck.config import Config
 from cce_duck.derived import write_notes
 from cce_duck.embedders.base import Matrix
 from cce_duck.errors import CCEError, ConflictError, StorageError
-from cce_duck.groupcommit import GroupCommit
 from cce_duck.folder import JOURNAL_FILE
+from cce_duck.groupcommit import GroupCommit
 from cce_duck.journal import Journal
 from cce_duck.messages import Message
 from cce_duck.rows import Flushed, TurnRows, content_hash, registered, vectors_of

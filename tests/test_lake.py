@@ -15,7 +15,7 @@ import duckdb
 import polars as pl
 import pytest
 from conftest import topic_messages
-from lake import KINDS, LakeSpec, make_lake
+from lake import KINDS, LakeSpec, make_lake, psql
 
 from cce_duck import Engine, migrations
 from cce_duck.adhoc import read_only_query
@@ -315,3 +315,55 @@ def test_cli_writes_and_queries_the_lake(lake: LakeSpec) -> None:
         assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 1
     out = runner.invoke(app, ["sql", "SELECT 1 AS one"], env={"COLUMNS": "200"})
     assert "no cce_duck store in" in out.output  # the next invocation: the data folder again
+
+
+# -- erasure --------------------------------------------------------------------------------
+
+MARKER = "ZEBRA-7Q4-MARKER"
+
+
+def _files_with(spec: LakeSpec, marker: str) -> list[str]:
+    """Files of the data path (and the local catalog file with its WAL) whose bytes hold
+    ``marker``."""
+    paths = [p for p in spec.data_path.rglob("*") if p.is_file()]
+    if spec.kind == "file":
+        paths += [p for p in Path(spec.catalog).parent.glob(Path(spec.catalog).name + "*")
+                  if p.is_file()]
+    return sorted(str(p) for p in paths if marker.encode() in p.read_bytes())
+
+
+def _catalog_rows_with(spec: LakeSpec, marker: str) -> int:
+    """Live rows of a PostgreSQL catalog's tables that hold ``marker`` (any column, as text)."""
+    dbname = spec.catalog.split("dbname=")[1].split()[0]
+    tables = psql("SELECT tablename FROM pg_tables WHERE schemaname = 'public'",
+                  dbname=dbname).split()
+    return sum(int(psql(f"SELECT count(*) FROM {t} AS x WHERE x::text LIKE '%{marker}%'",
+                        dbname=dbname)) for t in tables)
+
+
+def _with_marker(eng: Engine, sid: str, user: str | None = None) -> None:
+    msgs = topic_messages()
+    msgs[9] = {**msgs[9], "content": f"The secret code word is {MARKER} for the budget."}
+    eng.ingest(sid, msgs, user_id=user)
+
+
+@pytest.mark.parametrize("how", ["forget", "delete_session", "delete_user"])
+def test_erasure_leaves_the_text_in_no_file(lake: LakeSpec, how: str) -> None:
+    with _engine(lake) as eng:
+        _with_marker(eng, SID, user="u1")
+        eng.add_message("keep", "user", "Another session that stays.")
+        assert _files_with(lake, MARKER), "the marker must be in the files before the erasure"
+        if lake.kind == "postgres":  # a text column's min / max: the catalog holds messages
+            assert _catalog_rows_with(lake, MARKER) > 0
+        if how == "forget":
+            eng.forget(SID, turns=(9, 9))
+        elif how == "delete_session":
+            eng.delete_session(SID)
+        else:
+            eng.delete_user("u1")
+        assert _files_with(lake, MARKER) == []
+        if lake.kind == "postgres":
+            assert _catalog_rows_with(lake, MARKER) == 0
+        assert eng.sql(f"SELECT count(*) AS n FROM turns WHERE content LIKE '%{MARKER}%'")["n"][0] == 0
+        assert eng.context("keep", "Another session?").to_string()  # the rest still reads
+    assert _files_with(lake, MARKER) == []  # (also after close: the catalog file's last write)

@@ -33,5 +33,8 @@ class Serialized:
     def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn``, one of the engine's reads made safe beside other threads (``context``,
         ``user_context``, ``search``, ``sessions``, ``users``, ``stats``, ``summary``,
-        :func:`~cce_duck.adhoc.read_only_query`), without the write lock."""
+        :func:`~cce_duck.adhoc.read_only_query`), without the write lock. On a lake (one
+        connection to its catalog) reads are serialised with the writes, as :meth:`call`."""
+        if self.engine.store.lake is not None:
+            return self.call(fn, *args, **kwargs)
         return fn(*args, **kwargs)

@@ -1,0 +1,128 @@
+"""Group commit: concurrent writes of one process share one commit.
+
+On a lake a commit is a round of catalog statements (about 12 ms with a local PostgreSQL catalog
+however few rows it carries), and a write is acknowledged only once it is committed. So each
+write takes a *ticket* when its rows join the writer's buffer (:meth:`GroupCommit.issue`) and
+then waits for a commit that covers the ticket (:meth:`GroupCommit.wait`): if none is running,
+the waiter leads one, which stores everything buffered so far, its own rows and those of every
+call that arrived meanwhile; the others wait for it, or lead the next. Under load a commit
+carries the rows of all the calls that arrived during the one before.
+
+A commit that fails fails every call it covered (none of them was stored: the writer drops
+their rows), and the calls that arrive after it lead a new one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["GATHER_S", "GroupCommit"]
+
+#: A leader waits at most this long for calls that are about to join its commit.
+GATHER_S = 0.002
+
+
+@dataclass
+class _Failed:
+    low: int   # tickets low < t <= high failed with error
+    high: int
+    error: BaseException
+
+
+class GroupCommit:
+    """Tickets and the leader/follower protocol around one writer's commits."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._issued = 0     # the newest ticket given out
+        self._done = 0       # every ticket up to this one is committed or failed
+        self._leading = False
+        self._arriving = 0   # calls between entering the writer and taking their ticket
+        self._failed: list[_Failed] = []
+        #: Commits made and the tickets they carried (their ratio: writes per commit).
+        self.commits = 0
+        self.carried = 0
+
+    # -- the writer's side --------------------------------------------------
+
+    def arriving(self) -> None:
+        """A call is about to buffer rows (a leader gathering its commit waits for it)."""
+        with self._cond:
+            self._arriving += 1
+
+    def issue(self, *, joined: bool = True) -> int:
+        """The ticket of rows just buffered (call it with the writer's buffer lock held, after
+        :meth:`arriving`); ``joined=False`` when the call buffered nothing after all."""
+        with self._cond:
+            self._arriving = max(self._arriving - 1, 0)
+            if joined:
+                self._issued += 1
+            self._cond.notify_all()
+            return self._issued if joined else 0
+
+    def cut(self) -> int:
+        """The newest ticket, read by a commit as it takes the buffer (with the writer's lock
+        held): the tickets it covers."""
+        with self._cond:
+            return self._issued
+
+    def finished(self, cut: int, error: BaseException | None = None) -> None:
+        """The commit that took the buffer at ``cut`` succeeded (``error`` ``None``) or failed."""
+        with self._cond:
+            if cut > self._done:
+                if error is not None:
+                    self._failed.append(_Failed(self._done, cut, error))
+                    del self._failed[:-64]
+                else:
+                    self.commits += 1
+                    self.carried += cut - self._done
+                self._done = cut
+            self._cond.notify_all()
+
+    # -- the caller's side --------------------------------------------------
+
+    def wait(self, ticket: int, commit: Callable[[], None]) -> None:
+        """Return once ``ticket`` is committed; raise the error of the commit that failed it.
+        ``commit`` runs one commit of everything buffered (it calls :meth:`cut` and
+        :meth:`finished` itself)."""
+        if ticket <= 0:
+            return
+        with self._cond:
+            while True:
+                if ticket <= self._done:
+                    for f in self._failed:
+                        if f.low < ticket <= f.high:
+                            raise f.error
+                    return
+                if self._leading:
+                    self._cond.wait()
+                    continue
+                self._leading = True
+                issued = self._issued
+                break
+        try:
+            self._gather()
+            commit()
+        except BaseException as exc:  # (a commit that raised before recording its end)
+            self.finished(issued, exc)
+            raise
+        finally:
+            with self._cond:
+                self._leading = False
+                self._cond.notify_all()
+        self.wait(ticket, commit)  # covered now (or failed), unless it arrived after the cut
+
+    def _gather(self) -> None:
+        """Give calls already inside the writer a moment to buffer their rows."""
+        deadline = time.monotonic() + GATHER_S
+        with self._cond:
+            while self._arriving and time.monotonic() < deadline:
+                self._cond.wait(max(deadline - time.monotonic(), 0.0))
+
+    @property
+    def per_commit(self) -> float:
+        """Tickets per successful commit so far."""
+        return self.carried / self.commits if self.commits else 0.0

@@ -1,0 +1,227 @@
+"""Write leases of sessions on a lake: PostgreSQL advisory locks held by the writing process.
+
+Several processes may write one lake. Turn numbers are given by the process that stores a
+message, so two processes writing one session at once would give the same number twice; a
+process therefore holds the session's **lease** from the moment it numbers messages until their
+commit to the lake has succeeded or failed, and whoever takes the lease next reads the session
+as that commit left it (:mod:`cce_duck.changefeed` tells which sessions changed).
+
+A lease is a session-level advisory lock (``pg_try_advisory_lock``) on one connection to the
+lake's catalog database that the process keeps for its leases (:class:`CatalogLink`). PostgreSQL
+releases the locks of a connection when it ends, so:
+
+- a process killed with ``-9`` loses its leases at once: the kernel closes its socket, the
+  server's backend ends, and the next writer's poll (every few milliseconds) takes the lease;
+- a machine that vanishes (power, network) is noticed by the server's TCP keepalives, set on
+  the connection to :data:`KEEPALIVE_S` idle seconds plus three probes two seconds apart, so its
+  leases are free about 11 s later;
+- a process whose connection to the catalog breaks stops writing: every commit first checks
+  the connection (:meth:`Leases.check`), and a lost connection fails the write instead of
+  committing under a lease another process may already hold.
+
+Leases are held for milliseconds (one group commit), never for the life of a session, so a
+process that stops writing a session leaves it free for the others at once.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from cce_duck.errors import ConflictError, MissingExtraError, StorageError
+from cce_duck.sqlfiles import query
+
+__all__ = ["KEEPALIVE_S", "WAIT_S", "CatalogLink", "Leases", "catalog_name"]
+
+#: Idle seconds before the server probes a silent connection (then 3 probes, 2 s apart).
+KEEPALIVE_S = 5
+#: How long a writer waits for a lease another process holds before the call fails.
+WAIT_S = 30.0
+_POLL_MIN_S, _POLL_MAX_S = 0.001, 0.025
+_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.I)
+
+
+def catalog_name(dsn: str) -> str:
+    """The connection string with its password hidden (for error messages)."""
+    return _PASSWORD.sub(r"\1***", dsn)
+
+
+class CatalogLink:
+    """One psycopg connection to the lake's catalog database, shared by the threads of a process
+    (psycopg serialises their statements). It reconnects on the next use after a failure; the
+    leases the old connection held are then gone (:attr:`epoch` moves)."""
+
+    def __init__(self, dsn: str, *, schema: str = "public", connect_timeout_s: int = 5) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:  # pragma: no cover - the lake extra brings it
+            raise MissingExtraError(
+                "a lake with a PostgreSQL catalog needs psycopg: pip install 'cce_duck[lake]'"
+            ) from exc
+        self._psycopg = psycopg
+        self.dsn = dsn
+        self.schema = schema
+        self._timeout = connect_timeout_s
+        self._con: Any = None
+        self._lock = threading.Lock()
+        #: Moves each time a new connection is made (leases of an older epoch are lost).
+        self.epoch = 0
+
+    def _connect(self) -> Any:
+        if self._con is None or self._con.closed:
+            try:
+                self._con = self._psycopg.connect(
+                    self.dsn, autocommit=True, connect_timeout=self._timeout,
+                    keepalives=1, keepalives_idle=KEEPALIVE_S, keepalives_interval=2,
+                    keepalives_count=3, application_name="cce_duck leases",
+                    options=f"-c tcp_keepalives_idle={KEEPALIVE_S} -c tcp_keepalives_interval=2 "
+                            "-c tcp_keepalives_count=3")
+            except self._psycopg.Error as exc:
+                raise self.unreachable(exc) from None
+            self.epoch += 1
+        return self._con
+
+    def unreachable(self, exc: BaseException) -> StorageError:
+        """The error of a catalog that cannot be reached."""
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StorageError(
+            f"the lake's catalog database ({catalog_name(self.dsn)}) is unreachable: {cause}. "
+            "Nothing of this call was stored; what was acknowledged before is in the lake")
+
+    def run(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run the named statement of ``sql/catalog_pg.sql``; its rows."""
+        sql = query(name, "catalog_pg.sql").replace("{schema}", _ident(self.schema))
+        with self._lock:
+            con = self._connect()
+            try:
+                return list(con.execute(sql, params or {}).fetchall())
+            except self._psycopg.OperationalError as exc:
+                self._drop()
+                raise self.unreachable(exc) from None
+
+    def _drop(self) -> None:
+        con, self._con = self._con, None
+        if con is not None:
+            with suppress(self._psycopg.Error):
+                con.close()
+
+    def close(self) -> None:
+        """Close the connection (every lease it holds is released)."""
+        with self._lock:
+            self._drop()
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class Leases:
+    """The session leases this process holds on one lake, counted per holder: a session whose
+    messages wait in two calls is leased once and released when the last one is done."""
+
+    def __init__(self, link: CatalogLink, namespace: str, *, wait_s: float = WAIT_S) -> None:
+        self.link = link
+        self.namespace = namespace
+        self.wait_s = wait_s
+        self._held: Counter[str] = Counter()
+        self._epoch: dict[str, int] = {}
+        self._lock = threading.Lock()
+        #: Leases taken (first holder) and the seconds spent waiting for other processes.
+        self.taken = 0
+        self.waited_s = 0.0
+
+    def key(self, session_id: str) -> str:
+        """The advisory lock's text key of a session (hashed by PostgreSQL to 64 bits)."""
+        return f"cce_duck:{self.namespace}:{session_id}"
+
+    def acquire(self, session_id: str) -> bool:
+        """Hold the session's lease (waiting while another process holds it, up to
+        :attr:`wait_s`); ``True`` when this process did not hold it already, i.e. the caller
+        must read the session as stored (another process may have written it since)."""
+        with self._lock:
+            if self._held[session_id] and self._epoch.get(session_id) == self.link.epoch:
+                self._held[session_id] += 1
+                return False
+            self._held.pop(session_id, None)
+        deadline = time.monotonic() + self.wait_s
+        pause = _POLL_MIN_S
+        start = time.monotonic()
+        while True:
+            rows = self.link.run("lease_try", {"key": self.key(session_id)})
+            if rows and rows[0][0]:
+                break
+            if time.monotonic() >= deadline:
+                raise ConflictError(
+                    f"session {session_id!r} is being written by another process that has "
+                    f"held its lease for more than {self.wait_s:g} s; nothing was stored, retry")
+            time.sleep(pause * (0.5 + random.random()))
+            pause = min(pause * 2, _POLL_MAX_S)
+        with self._lock:
+            self._held[session_id] += 1
+            self._epoch[session_id] = self.link.epoch
+            self.taken += 1
+            self.waited_s += time.monotonic() - start
+        return True
+
+    def release(self, session_id: str) -> None:
+        """One holder is done with the session's lease; the last one gives it back."""
+        with self._lock:
+            if not self._held[session_id]:
+                self._held.pop(session_id, None)
+                return
+            self._held[session_id] -= 1
+            if self._held[session_id]:
+                return
+            del self._held[session_id]
+            epoch = self._epoch.pop(session_id, None)
+        if epoch == self.link.epoch:
+            with suppress(StorageError):  # the connection is gone, and the lease with it
+                self.link.run("lease_release", {"key": self.key(session_id)})
+
+    @contextmanager
+    def holding(self, session_ids: Iterable[str]) -> Iterator[set[str]]:
+        """Hold the leases of ``session_ids`` (taken in sorted order) for the block; yields those
+        this process did not hold before."""
+        taken: list[str] = []
+        fresh: set[str] = set()
+        try:
+            for sid in sorted(set(session_ids)):
+                if self.acquire(sid):
+                    fresh.add(sid)
+                taken.append(sid)
+            yield fresh
+        finally:
+            for sid in taken:
+                self.release(sid)
+
+    def check(self, session_ids: Iterable[str]) -> None:
+        """Raise :class:`StorageError` unless every lease of ``session_ids`` is still held on a
+        live connection (called right before a commit)."""
+        sids = sorted(set(session_ids))
+        if not sids:
+            return
+        with self._lock:
+            lost = [s for s in sids if not self._held[s] or self._epoch.get(s) != self.link.epoch]
+        if lost:
+            raise StorageError(
+                f"the write lease of session {lost[0]!r} was lost with the connection to the "
+                f"lake's catalog ({catalog_name(self.link.dsn)}); nothing of this call was "
+                "stored, retry")
+        self.link.run("ping")
+        with self._lock:  # a reconnect inside ping means the old connection, and its locks, died
+            if any(self._epoch.get(s) != self.link.epoch for s in sids):
+                raise StorageError(
+                    "the connection to the lake's catalog "
+                    f"({catalog_name(self.link.dsn)}) was lost and with it the write leases; "
+                    "nothing of this call was stored, retry")
+
+    def held(self) -> set[str]:
+        """Sessions whose lease this process holds now."""
+        with self._lock:
+            return {s for s, n in self._held.items() if n}

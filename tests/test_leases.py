@@ -1,0 +1,205 @@
+"""Session write leases and the change feed on a real PostgreSQL catalog; group commit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cce_duck.changefeed import ChangeFeed
+from cce_duck.errors import ConflictError, StorageError
+from cce_duck.groupcommit import GroupCommit
+from cce_duck.leases import CatalogLink, Leases, catalog_name
+from tests.pg import catalog_database
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture
+def dsn() -> Iterator[str]:
+    with catalog_database("leases") as url:
+        yield url
+
+
+_HOLDER = textwrap.dedent("""
+    import sys, time
+    from cce_duck.leases import CatalogLink, Leases
+    leases = Leases(CatalogLink(sys.argv[1]), "t")
+    leases.acquire(sys.argv[2])
+    print("held", flush=True)
+    time.sleep(600)
+""")
+
+
+def _holder(dsn: str, sid: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, dsn, sid], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_lease_excludes_other_processes_until_the_holder_is_killed(dsn: str) -> None:
+    proc = _holder(dsn, "s1")
+    mine = Leases(CatalogLink(dsn), "t", wait_s=0.3)
+    try:
+        with pytest.raises(ConflictError, match="'s1' is being written by another process"):
+            mine.acquire("s1")
+        assert mine.acquire("s2") is True  # other sessions are free
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        start = time.monotonic()
+        mine.wait_s = 10.0
+        assert mine.acquire("s1") is True
+        takeover = time.monotonic() - start
+        assert takeover < 1.0, f"took {takeover:.3f} s to take over a killed holder's lease"
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+        mine.link.close()
+
+
+def test_leases_are_counted_per_holder_and_taken_in_order(dsn: str) -> None:
+    a, b = Leases(CatalogLink(dsn), "t", wait_s=0.2), Leases(CatalogLink(dsn), "t", wait_s=0.2)
+    try:
+        assert a.acquire("x") is True
+        assert a.acquire("x") is False  # held already: nothing to read again
+        a.release("x")
+        with pytest.raises(ConflictError):
+            b.acquire("x")  # the second holder still has it
+        a.release("x")
+        assert b.acquire("x") is True
+        b.release("x")
+        with a.holding(["z", "y", "z"]) as fresh:
+            assert fresh == {"y", "z"}
+            assert a.held() == {"y", "z"}
+            assert a.link.run("lease_holders", {"keys": [a.key("y"), a.key("z")]})[0][0] == 2
+        assert a.held() == set()
+        assert a.link.run("lease_holders", {"keys": [a.key("y"), a.key("z")]})[0][0] == 0
+        other = Leases(a.link, "other-lake", wait_s=0.2)  # another lake's namespace
+        with a.holding(["y"]):
+            assert other.acquire("y") is True
+    finally:
+        a.link.close()
+        b.link.close()
+
+
+def test_a_lost_catalog_connection_fails_the_check_and_frees_the_leases(dsn: str) -> None:
+    a = Leases(CatalogLink(dsn), "t", wait_s=0.2)
+    b = Leases(CatalogLink(dsn), "t", wait_s=2.0)
+    try:
+        a.acquire("x")
+        a.check(["x"])
+        pid = a.link.run("backend_pid")[0][0]
+        b.link.run("terminate_backend", {"pid": pid})
+        with pytest.raises(StorageError, match=r"lost|unreachable"):
+            a.check(["x"])
+        assert b.acquire("x") is True  # free once the holder's connection ended
+        b.release("x")
+        with pytest.raises(StorageError, match="lost"):
+            a.check(["x"])  # still refused: a commit under a lease from a dead connection
+        a.release("x")
+        assert a.acquire("x") is True  # a new connection takes it again
+        a.check(["x"])
+    finally:
+        a.link.close()
+        b.link.close()
+
+
+def test_an_unreachable_catalog_is_a_clear_error_naming_it_without_its_password() -> None:
+    link = CatalogLink("host=127.0.0.1 port=1 dbname=nowhere user=u password=secret",
+                       connect_timeout_s=2)
+    with pytest.raises(StorageError) as err:
+        link.run("ping")
+    assert "dbname=nowhere" in str(err.value)
+    assert "secret" not in str(err.value)
+    assert "Nothing of this call was stored" in str(err.value)
+    assert catalog_name("password='a b' x=1") == "password=*** x=1"
+
+
+def test_group_commit_batches_concurrent_writes_and_fails_only_what_it_covered() -> None:
+    gc = GroupCommit()
+    lock = threading.Lock()
+    buffered: list[int] = []
+    stored: list[int] = []
+    fail_next = threading.Event()
+
+    def commit() -> None:
+        with lock:
+            cut, batch = gc.cut(), list(buffered)
+            buffered.clear()
+        time.sleep(0.01)  # the cost of one commit, whatever it carries
+        if fail_next.is_set():
+            fail_next.clear()
+            gc.finished(cut, StorageError("catalog gone"))
+            return
+        stored.extend(batch)
+        gc.finished(cut)
+
+    errors: list[int] = []
+
+    def client(k: int) -> None:
+        for i in range(40):
+            gc.arriving()
+            with lock:
+                buffered.append(k * 1000 + i)
+                ticket = gc.issue()
+            try:
+                gc.wait(ticket, commit)
+            except StorageError:
+                errors.append(k * 1000 + i)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    fail_next.set()
+    for t in threads:
+        t.join()
+    assert len(stored) + len(errors) == 320
+    assert not set(stored) & set(errors)  # a failed write was not stored, a stored one not failed
+    assert 1 <= len(errors) < 320
+    assert gc.per_commit >= 3, gc.per_commit  # 8 writers share commits
+    assert gc.commits < 320 / 3
+
+
+def test_the_change_feed_names_other_processes_sessions(dsn: str) -> None:
+    from tests.pg import lake_connection
+
+    con = lake_connection(dsn)
+    me, other = ChangeFeed(CatalogLink(dsn)), ChangeFeed(CatalogLink(dsn))
+    try:
+        con.execute("CREATE TABLE lake.t (s VARCHAR)")
+        assert me.poll().everything  # a commit that is not cce_duck's: drop everything
+        for feed, sid in ((other, "a"), (other, "b"), (me, "c")):
+            author, message, extra = feed.stamp([sid])
+            con.execute("BEGIN")
+            con.execute("INSERT INTO lake.t VALUES (?)", [sid])
+            con.execute("CALL ducklake_set_commit_message('lake', ?, ?, extra_info => ?)",
+                        [author, message, extra])
+            con.execute("COMMIT")
+        seen = me.poll()
+        assert seen.sessions == {"a", "b"}  # not its own "c"
+        assert not seen.everything
+        assert seen.snapshots == 3
+        assert not me.poll()  # nothing new
+        author, message, extra = other.stamp(None)  # a write that may change anything
+        con.execute("BEGIN")
+        con.execute("DELETE FROM lake.t")
+        con.execute("CALL ducklake_set_commit_message('lake', ?, ?, extra_info => ?)",
+                    [author, message, extra])
+        con.execute("COMMIT")
+        assert me.poll().everything
+    finally:
+        con.close()
+        me.link.close()
+        other.link.close()

@@ -281,7 +281,13 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         verbatim = _recent(config, own, req, budget, False, next_turn, first)
         if verbatim:
             before[req.session_id] = verbatim[0].turn_no
-    full = sum(history_tokens(idx) for _, idx in parts)
+    joined = cache.joined(parts) if cache is not None and joining else None
+    if joined is not None:  # what sending all of the user's history costs, once per join
+        full = joined.memo.get("full_tokens", -1)
+        if full < 0:
+            full = joined.memo["full_tokens"] = sum(history_tokens(idx) for _, idx in parts)
+    else:
+        full = sum(history_tokens(idx) for _, idx in parts)
     pins_cost = pin_tokens(own.pins if own is not None else user_pins or [])
     hits: list[dict[str, Any]] = []
     chosen: list[dict[str, Any]] = []
@@ -291,8 +297,7 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         hits = retrieve_across(parts, qv, req.query, k=HITS_PER_NOTE * req.top_k,
                                since=req.since, until=req.until, before=before,
                                recency_weight=config.recency_weight, rrf_k=config.rrf_k,
-                               joined=cache.joined(parts) if cache is not None and joining
-                               else None)
+                               joined=joined)
         first_index = parts[0][1] if parts else None
         if first_index is not None:
             chosen, dropped, _ = _quotes(store, req.session_id, req, hits, first_index, budget,

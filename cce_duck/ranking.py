@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib.resources import files
@@ -168,8 +168,18 @@ def bm25_scores(n_terms: np.ndarray, postings: Iterable[tuple[float, np.ndarray,
 
 
 def _ranks(score: np.ndarray, turn_no: np.ndarray) -> np.ndarray:
-    """1-based rank by ``score`` descending, then ``turn_no`` descending."""
-    order = np.lexsort((-turn_no, -score))
+    """1-based rank by ``score`` descending, then ``turn_no`` descending.
+
+    One unstable sort by score, then the runs of equal scores put in ``turn_no`` order: what
+    sorting by both keys gives, at a fifth of its cost for a user's hundred thousand turns."""
+    order = np.argsort(-score)
+    s = score[order]
+    eq = s[1:] == s[:-1]
+    if eq.any():  # ties: each run of equal scores by turn_no descending
+        member = np.flatnonzero(np.concatenate([[False], eq]) | np.concatenate([eq, [False]]))
+        run = np.concatenate([[0], np.cumsum(s[member][1:] != s[member][:-1])])
+        sub = order[member]
+        order[member] = sub[np.lexsort((-turn_no[sub], run))]
     ranks = np.empty(len(score), dtype=np.float64)
     ranks[order] = np.arange(1, len(score) + 1)
     return ranks
@@ -179,7 +189,11 @@ def fuse(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.n
          recency_weight: float, rrf_k: int) -> np.ndarray:
     """Reciprocal-rank fusion of the candidates' dense (+ recency) and BM25 ranks."""
     r_dense = _ranks(dense + recency_weight * recency, turn_no)
-    r_bm25 = _ranks(bm25, turn_no)
+    # BM25 ranks count only where BM25 > 0: those turns rank before all others, so their rank
+    # among themselves is their rank among all
+    hit = np.flatnonzero(bm25 > 0)
+    r_bm25 = np.full(len(bm25), float(len(bm25)))
+    r_bm25[hit] = _ranks(bm25[hit], turn_no[hit])
     return 1.0 / (rrf_k + r_dense) + np.where(bm25 > 0, 1.0 / (rrf_k + r_bm25), 0.0)
 
 
@@ -228,89 +242,30 @@ def rank(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.n
     ``other`` and ``n_terms`` the replies are added and the list is ordered by conversation score.
     """
     s = spec()
-    rw = s.recency_weight if recency_weight is None else recency_weight
-    rk = s.rrf_k if rrf_k is None else rrf_k
-    top = _TopFused(dense, bm25, recency, turn_no, k, rw, rk) if len(turn_no) > LARGE else None
-    if top is None or top.order is None:
-        fused = fuse(dense, bm25, recency, turn_no, rw, rk)
-        order = np.lexsort((-turn_no, -fused))[:k]
-        fused_at: Callable[[np.ndarray], np.ndarray] = fused.__getitem__
-    else:
-        order, fused_at = top.order, top.fused_at
+    fused = fuse(dense, bm25, recency, turn_no,
+                 s.recency_weight if recency_weight is None else recency_weight,
+                 s.rrf_k if rrf_k is None else rrf_k)
+    order = _best(fused, turn_no, k)
     if asks is None or other is None or n_terms is None:
-        return Ranked(order, fused_at(order), None)
+        return Ranked(order, fused[order], None)
     nxt = order[(order + 1 < len(turn_no)) & asks[order]] + 1
     nxt = nxt[turn_no[nxt] == turn_no[nxt - 1] + 1]
     order = np.concatenate([order, np.setdiff1d(nxt, order)])
-    f_order = fused_at(order)
-    score = conversation_scores(f_order, turn_no[order], asks[order], other[order],
+    score = conversation_scores(fused[order], turn_no[order], asks[order], other[order],
                                 n_terms[order].astype(np.float64))
     final = np.lexsort((-turn_no[order], -score))
-    return Ranked(order[final], f_order[final], score[final])
+    return Ranked(order[final], fused[order][final], score[final])
 
 
-LARGE = 8192
-"""Candidates past which :func:`rank` finds the best ``k`` without ranking every candidate."""
-
-
-class _TopFused:
-    """The best ``k`` candidates by fused score, as :func:`fuse` and a full sort give them,
-    without ranking every candidate by the dense score (a user's hundred thousand turns).
-
-    The dense ranks of the ``m`` best dense scores are exact among those alone (every other
-    score is lower); a candidate outside them has a dense rank above ``m``, so its fused score
-    is at most ``1 / (rrf_k + m + 1)`` plus its BM25 part (exact: BM25 ranks are taken over
-    the candidates with a BM25 score, which rank before all others). Those that could still
-    reach the ``k``-th best get their exact dense rank by counting; the others cannot enter.
-    ``order`` is ``None`` when too many could (then the caller ranks everything).
-    """
-
-    def __init__(self, dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray,
-                 turn_no: np.ndarray, k: int, recency_weight: float, rrf_k: int) -> None:
-        n = len(turn_no)
-        self.d = dense + recency_weight * recency
-        self.turn_no = turn_no
-        self.rrf_k = rrf_k
-        self.order: np.ndarray | None = None
-        m = max(4 * k, 1024)
-        if m >= n:
-            return
-        hit = np.flatnonzero(bm25 > 0)
-        self.b_part = np.zeros(n)
-        self.b_part[hit] = 1.0 / (rrf_k + _ranks(bm25[hit], turn_no[hit]))
-        threshold = np.partition(self.d, n - m)[n - m]
-        known = np.flatnonzero(self.d >= threshold)
-        fused = np.full(n, np.nan)
-        fused[known] = 1.0 / (rrf_k + _ranks(self.d[known], turn_no[known])) + \
-            self.b_part[known]
-        kth = np.partition(fused[known], len(known) - k)[len(known) - k]
-        bound = 1.0 / (rrf_k + (len(known) + 1.0)) + self.b_part
-        bound[known] = -np.inf
-        maybe = np.flatnonzero(bound >= kth)
-        if len(maybe) > 64:
-            return
-        fused[maybe] = self._counted(maybe)
-        self.fused = fused
-        cand = np.concatenate([known, maybe])
-        self.order = cand[np.lexsort((-turn_no[cand], -fused[cand]))][:k]
-
-    def _counted(self, rows: np.ndarray) -> np.ndarray:
-        """Exact fused scores of ``rows``, their dense ranks counted over every candidate."""
-        out = np.empty(len(rows))
-        for i, r in enumerate(rows):
-            rank = 1 + np.count_nonzero(self.d > self.d[r]) + np.count_nonzero(
-                (self.d == self.d[r]) & (self.turn_no > self.turn_no[r]))
-            out[i] = 1.0 / (self.rrf_k + float(rank)) + self.b_part[r]
-        return out
-
-    def fused_at(self, rows: np.ndarray) -> np.ndarray:
-        """Fused scores of ``rows`` (those not known yet counted)."""
-        out = np.array(self.fused[rows], dtype=np.float64)
-        todo = np.isnan(out)
-        if todo.any():
-            out[todo] = self._counted(rows[todo])
-            self.fused[rows[todo]] = out[todo]
-        return out
+def _best(score: np.ndarray, turn_no: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` best by ``score`` descending, then ``turn_no`` descending (what
+    sorting everything gives): the candidates at or above the ``k``-th best score, sorted."""
+    n = len(score)
+    if n <= k:
+        return np.lexsort((-turn_no, -score))
+    kth = np.partition(score, n - k)[n - k]
+    sel = np.flatnonzero(score >= kth)
+    return sel[np.lexsort((-turn_no[sel], -score[sel]))][:k]
 
 
 def other_speakers(speaker: Sequence[str | None], named: set[str]) -> np.ndarray:

@@ -124,9 +124,16 @@ def test_a_user_larger_than_the_cache_is_kept_whole(tmp_path: Path) -> None:
 def _plain_rank(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.ndarray,
                 k: int, asks: np.ndarray, other: np.ndarray, n_terms: np.ndarray
                 ) -> tuple[list[int], list[float], list[float]]:
-    """ranking.rank as written before its large-input path: every candidate ranked."""
+    """ranking.rank as first written: every candidate ranked by both keys (np.lexsort)."""
     s = ranking.spec()
-    fused = ranking.fuse(dense, bm25, recency, turn_no, s.recency_weight, s.rrf_k)
+
+    def ranks(score: np.ndarray) -> np.ndarray:
+        out = np.empty(len(score))
+        out[np.lexsort((-turn_no, -score))] = np.arange(1, len(score) + 1)
+        return out
+
+    fused = (1.0 / (s.rrf_k + ranks(dense + s.recency_weight * recency))
+             + np.where(bm25 > 0, 1.0 / (s.rrf_k + ranks(bm25)), 0.0))
     order = np.lexsort((-turn_no, -fused))[:k]
     nxt = order[(order + 1 < len(turn_no)) & asks[order]] + 1
     nxt = nxt[turn_no[nxt] == turn_no[nxt - 1] + 1]
@@ -137,11 +144,12 @@ def _plain_rank(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_n
     return order[final].tolist(), fused[order][final].tolist(), score[final].tolist()
 
 
-def test_large_rank_is_the_full_ranking() -> None:
-    """Past ranking.LARGE candidates the best k are found without ranking all: same hits,
-    same fused and conversation scores, ties (coarse scores) included."""
+def test_rank_is_the_full_sort_by_both_keys() -> None:
+    """ranking.rank (one sort, ties by turn; the best k by partition) gives what sorting every
+    candidate by both keys gives: same hits, fused and conversation scores, with many ties."""
     rng = np.random.default_rng(7)
-    for n, coarse, k in [(20_000, 0, 48), (30_000, 200, 48), (9_000, 20, 300), (50_000, 5, 12)]:
+    for n, coarse, k in [(20_000, 0, 48), (30_000, 200, 48), (9_000, 20, 300),
+                         (50_000, 5, 12), (40, 3, 48), (1_000, 1, 48)]:
         dense = rng.normal(size=n)
         if coarse:  # many equal scores
             dense = np.round(dense * coarse) / coarse

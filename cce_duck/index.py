@@ -96,6 +96,7 @@ def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
     return flat.astype(np.int8, copy=False).reshape(-1, dim)
 
 
+TERM_ENTRY_BYTES = 120  # a term's string and dict entry in `SessionIndex.term_ids`
 _SCRATCH_BYTES = 48 * 1024  # under the allocator's mmap threshold (cce_duck.allocator)
 
 
@@ -167,8 +168,16 @@ class SessionIndex:
 
     @property
     def nbytes(self) -> int:
-        """Approximate memory held, memoised quotes included."""
-        return self.base_bytes + self.quote_bytes
+        """Approximate memory held, memoised quotes and the term lookup included."""
+        lookup = len(self.__dict__["term_ids"]) * TERM_ENTRY_BYTES if (
+            "term_ids" in self.__dict__) else 0
+        return self.base_bytes + self.quote_bytes + lookup
+
+    @cached_property
+    def term_ids(self) -> dict[str, int]:
+        """Term -> its id (position in ``vocab``), built on first use: a dict lookup of a few
+        terms instead of hashing the whole vocabulary per query (``pc.index_in``)."""
+        return {t: i for i, t in enumerate(self.vocab.to_pylist())}
 
     def remember_quote(self, key: tuple[int, int | None], text: str, tokens: int) -> None:
         """Keep the quote cut from a turn for the next context that quotes it."""
@@ -332,10 +341,16 @@ class SessionIndex:
             self.__dict__.pop("speaker_terms", None)
         # sentences: the flush's sentence rows of this session, in (turn, sentence) order
         first = int(turn_no[len(turn_no) - len(turns)])
-        keep = [j for j, r in enumerate(stored.svec_rows) if r[0] == sid and r[1] >= first]
-        if keep:
-            sv = _int8_matrix(quantize(np.vstack(stored.svec)), dim)[keep]
-            srows = [stored.svec_rows[j] for j in keep]
+        parts, srows = [], []  # each turn's sentence vectors, and their rows
+        at = 0
+        for mat in stored.svec:
+            rows_of_turn = stored.svec_rows[at : at + len(mat)]
+            at += len(mat)
+            if rows_of_turn[0][0] == sid and rows_of_turn[0][1] >= first:
+                parts.append(mat)
+                srows.extend(rows_of_turn)
+        if parts:
+            sv = _int8_matrix(quantize(np.vstack(parts)), dim)
             self.s_row = np.concatenate([self.s_row, np.searchsorted(
                 turn_no, np.array([r[1] for r in srows], dtype=np.int64))])
             self.s_no = np.concatenate([self.s_no, np.array([r[2] for r in srows], np.int64)])
@@ -350,19 +365,27 @@ class SessionIndex:
     def _add_postings(self, post: list[tuple[str, str, int, int]], turn_no: np.ndarray) -> None:
         """Merge new postings into the term-sorted arrays (each term's new rows after its old
         ones; a new term gets the next id)."""
-        terms = pa.array([p[1] for p in post], self.vocab.type)
-        found = pc.index_in(terms, value_set=self.vocab)
-        unseen = pc.unique(pc.filter(terms, pc.is_null(found)))
-        vocab = pa.concat_arrays([self.vocab, unseen]) if len(unseen) else self.vocab
-        ids = pc.index_in(terms, value_set=vocab).to_numpy(zero_copy_only=False).astype(np.int64)
-        old_ids = np.repeat(np.arange(len(self.vocab), dtype=np.int64), np.diff(self.p_offsets))
-        all_ids = np.concatenate([old_ids, ids])
-        order = np.argsort(all_ids, kind="stable")
-        rows = np.searchsorted(turn_no, np.array([p[2] for p in post], dtype=np.int64))
-        self.p_row = np.concatenate([self.p_row, rows.astype(np.int32)])[order]
-        self.p_tf = np.concatenate([self.p_tf, np.array([p[3] for p in post],
-                                                        dtype=np.float32)])[order]
-        counts = np.bincount(all_ids, minlength=len(vocab))
+        lookup = self.term_ids
+        unseen: list[str] = []
+        for p in post:
+            if p[1] not in lookup:
+                lookup[p[1]] = len(self.vocab) + len(unseen)
+                unseen.append(p[1])
+        vocab = pa.concat_arrays([self.vocab, pa.array(unseen, self.vocab.type)]) if unseen \
+            else self.vocab
+        ids = np.array([lookup[p[1]] for p in post], dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        rows = np.searchsorted(turn_no, np.array([p[2] for p in post], dtype=np.int64))[order]
+        tf = np.array([p[3] for p in post], dtype=np.float32)[order]
+        # each new posting goes after the last old one of its term (a new term's: at the end)
+        ends = np.concatenate([self.p_offsets[1:],
+                               np.full(len(vocab) - len(self.vocab), self.p_offsets[-1])])
+        self.p_row = np.insert(self.p_row, ends[ids], rows.astype(np.int32))
+        self.p_tf = np.insert(self.p_tf, ends[ids], tf)
+        counts = np.diff(self.p_offsets)
+        counts = np.concatenate([counts, np.zeros(len(vocab) - len(counts), dtype=counts.dtype)])
+        counts += np.bincount(ids, minlength=len(vocab)).astype(counts.dtype)
         self.p_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.vocab = vocab
 
@@ -440,25 +463,30 @@ class SessionIndex:
         extra: dict[str, np.ndarray] = {}
         if conversation:
             named = ranking.named_speakers([t for t, _ in terms], self.speaker_terms)
+            speakers = (self.speaker[int(cand[0]) : int(cand[-1]) + 1]  # a run of rows, mostly
+                        if int(cand[-1]) - int(cand[0]) + 1 == len(cand) else
+                        [self.speaker[r] for r in cand])
             extra = {"asks": self.asks[cand], "n_terms": self.n_terms[cand],
-                     "other": ranking.other_speakers([self.speaker[r] for r in cand], named)}
+                     "other": ranking.other_speakers(speakers, named)}
         ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], tn, k=k,
                               recency_weight=recency_weight, rrf_k=rrf_k, **extra)
+        rows = cand[ranked.order]  # the hits' rows, best first; their columns as Python lists
+        cols = zip(rows.tolist(), tn[ranked.order].tolist(), self.note_id[rows].tolist(),
+                   self.ts[rows].tolist(), dense[rows].tolist(), best_sentence[rows].tolist(),
+                   bm25[rows].tolist(), recency[rows].tolist(), self.asks[rows].tolist(),
+                   self.n_terms[rows].astype(np.int64).tolist(), ranked.fused.tolist(),
+                   strict=True)
         out = []
-        for r, i in enumerate(ranked.order):
-            row = int(cand[i])
-            nid = int(self.note_id[row])
+        for r, (row, turn, nid, ts, d, best, b, rec, asks, n_terms, fused) in enumerate(cols):
             hit = {
-                "turn_no": int(tn[i]), "row": row, "note_id": nid if nid >= 0 else None,
-                "role": self.role[row], "speaker": self.speaker[row],
-                "ts": self.ts[row].item(), "dense": float(dense[row]),
-                "best_sentence": int(best_sentence[row]) if best_sentence[row] >= 0 else None,
-                "bm25": float(bm25[row]), "recency": float(recency[row]),
-                "asks": bool(self.asks[row]), "n_terms": int(self.n_terms[row]),
-                "fused": float(ranked.fused[r]), "rank": r + 1}
-            if ranked.score is not None:
-                hit["score"] = float(ranked.score[r])
+                "turn_no": turn, "row": row, "note_id": nid if nid >= 0 else None,
+                "role": self.role[row], "speaker": self.speaker[row], "ts": ts, "dense": d,
+                "best_sentence": best if best >= 0 else None, "bm25": b, "recency": rec,
+                "asks": asks, "n_terms": n_terms, "fused": fused, "rank": r + 1}
             out.append(hit)
+        if ranked.score is not None:
+            for hit, score in zip(out, ranked.score.tolist(), strict=True):
+                hit["score"] = score
         return out
 
     @cached_property
@@ -469,9 +497,10 @@ class SessionIndex:
     def _bm25(self, terms: list[tuple[str, float]]) -> np.ndarray:
         if not terms or not len(self.vocab):
             return np.zeros(len(self.turn_no))
-        ids = pc.index_in(pa.array([t for t, _ in terms], pa.string()), value_set=self.vocab)
+        lookup = self.term_ids
         postings = []
-        for (_, weight), tid in zip(terms, ids.to_pylist(), strict=True):
+        for term, weight in terms:
+            tid = lookup.get(term)
             if tid is not None:
                 lo, hi = self.p_offsets[tid], self.p_offsets[tid + 1]
                 postings.append((weight, self.p_row[lo:hi], self.p_tf[lo:hi]))

@@ -583,6 +583,8 @@ class JoinedIndex:
     p_offsets: np.ndarray        # (terms + 1,) CSR offsets
     p_row: np.ndarray            # row in the whole, term-sorted (parts in order within a term)
     p_tf: np.ndarray
+    memo: dict[str, Any] = field(default_factory=dict)
+    """Figures of the whole the context builder keeps (the tokens of all of the history)."""
 
     @staticmethod
     def key_of(parts: list[tuple[str, SessionIndex]]) -> tuple[tuple[str, int, tuple[Any, ...]],
@@ -707,11 +709,14 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     if not len(cand):
         return []
     named = ranking.named_speakers([t for t, _ in terms], j.speaker_terms)
-    ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
-                          recency_weight=recency_weight, rrf_k=rrf_k, asks=j.asks[cand],
-                          n_terms=j.n_terms[cand],
-                          # the rule per distinct speaker, then per turn
-                          other=ranking.other_speakers(j.speakers, named)[j.speaker_code[cand]])
+    other = ranking.other_speakers(j.speakers, named)[j.speaker_code]  # per distinct speaker
+    if len(cand) == len(pos):  # every turn a candidate: the arrays as they are
+        ranked = ranking.rank(dense, bm25, recency, pos, k=k, recency_weight=recency_weight,
+                              rrf_k=rrf_k, asks=j.asks, n_terms=j.n_terms, other=other)
+    else:
+        ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
+                              recency_weight=recency_weight, rrf_k=rrf_k, asks=j.asks[cand],
+                              n_terms=j.n_terms[cand], other=other[cand])
     out = []
     for r, i in enumerate(ranked.order):
         g = int(cand[i])

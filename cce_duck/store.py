@@ -7,6 +7,7 @@ import importlib.abc
 import importlib.util
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from cce_duck import clock, dbfile, folder, migrations, sandbox
+from cce_duck import clock, dbfile, folder, lake, migrations, sandbox
 from cce_duck.cipher import (
     PLAIN_JOURNAL,
     FolderKey,
@@ -36,10 +37,19 @@ from cce_duck.errors import (
     StorageError,
 )
 from cce_duck.folder import DB_FILE, ERASURE_FILE, MARKER_FILE
-from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro_files, macro_sql, query, statement
+from cce_duck.lake import Lake
+from cce_duck.sqlfiles import (
+    CURRENT_MACROS,
+    alias_sql,
+    lake_query,
+    macro_files,
+    macro_sql,
+    query,
+    statement,
+)
 from cce_duck.version import __version__
 
-__all__ = ["DB_FILE", "Store"]
+__all__ = ["DB_FILE", "Gate", "Store", "WriteLock"]
 
 
 class _AbsentPandas(importlib.abc.MetaPathFinder):
@@ -55,6 +65,7 @@ class _AbsentPandas(importlib.abc.MetaPathFinder):
 if importlib.util.find_spec("pandas") is None:
     sys.meta_path.insert(0, _AbsentPandas())
 
+_PARAM = re.compile(r"\$(\w+)")
 _LOCK = re.compile(r"Could not set lock on file", re.I)
 _SAME_FILE = re.compile(r"same database file with a different configuration|Unique file handle "
                         r"conflict", re.I)
@@ -68,8 +79,83 @@ _STORAGE = re.compile(r"No space left|Disk quota|Input/output error|Read-only fi
                       r"invalidated", re.I)
 
 
+class WriteLock:
+    """A re-entrant lock that knows whether the calling thread holds it: every use of the
+    store's own connection (writes, and the reads inside them) runs holding it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._mine = threading.local()
+
+    def __enter__(self) -> WriteLock:
+        self._lock.acquire()
+        self._mine.depth = getattr(self._mine, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._mine.depth -= 1
+        self._lock.release()
+
+    def held(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return bool(getattr(self._mine, "depth", 0))
+
+
+class Gate:
+    """Readers share it; reopening the database (which closes every cursor) waits until no
+    reader is inside and keeps new ones out until it is done."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._closing = 0  # threads waiting for, or holding, the exclusive side
+        self._owner: int | None = None  # the thread holding the exclusive side
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """Inside: the database is not reopened (by another thread)."""
+        if self._owner == threading.get_ident():
+            yield
+            return
+        with self._cond:
+            while self._closing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Inside: no reader is in :meth:`shared`."""
+        with self._cond:
+            self._closing += 1
+            while self._readers:
+                self._cond.wait()
+            self._owner = threading.get_ident()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._owner = None
+                self._closing -= 1
+                self._cond.notify_all()
+
+
 class Store:
-    """An open data folder (or an in-memory store when ``data_dir`` is ``None``)."""
+    """An open data folder, a lake (``lake``: see :mod:`cce_duck.lake`; ``data_dir`` is then
+    ``None``) or an in-memory store (``data_dir`` and ``lake`` both ``None``).
+
+    Threads: writes (and reads that must see a write of their own transaction) run on the
+    store's connection :attr:`con` holding :attr:`write_lock`, one at a time. Reads inside
+    :meth:`reading` run on a cursor of their own (DuckDB's snapshot isolation: a read sees what
+    was committed when it started, never part of a transaction), in parallel with each other
+    and with writes; see docs/concurrency.md. (On a lake every read stays on :attr:`con`.)
+    """
 
     def __init__(
         self,
@@ -79,8 +165,11 @@ class Store:
         read_only: bool = False,
         encryption_key: str | None = None,
         memory_mb: int | None = None,
+        lake: Lake | None = None,
     ) -> None:
-        self.data_dir = data_dir
+        self.lake = lake
+        self.data_dir = None if lake is not None else data_dir
+        data_dir = self.data_dir
         self.read_only = read_only
         self.memory_mb = memory_mb
         #: The folder's keys when it is encrypted (``None``: a plain folder or in memory).
@@ -97,7 +186,8 @@ class Store:
         #: tables compare it).
         self.recoveries = 0
         self._detached = False  # the connection is a placeholder: the file could not be reopened
-        self.path = ":memory:" if data_dir is None else str(data_dir / DB_FILE)
+        self.path = (lake.shown if lake is not None else ":memory:" if data_dir is None
+                     else str(data_dir / DB_FILE))
         self._key = None if data_dir is None else folder.registry_key(data_dir)
         if data_dir is not None and folder.is_open(data_dir):
             raise FolderInUseError(
@@ -105,6 +195,14 @@ class Store:
                 "Engine (or close it first)"
             )
         self._reader: duckdb.DuckDBPyConnection | None = None
+        #: Held for every use of :attr:`con` (writes): see the class docstring.
+        self.write_lock = WriteLock()
+        self._gate = Gate()
+        self._local = threading.local()  # .reading (depth), .cursor, .epoch, .snapshot
+        self._epoch = 0  # moves when the connection is replaced: older cursors are closed
+        self._cursors: list[duckdb.DuckDBPyConnection] = []  # every reader cursor made
+        self._idle: list[duckdb.DuckDBPyConnection] = []  # those no thread reads on now
+        self._cursors_lock = threading.Lock()
         self.con = self._connect()
         try:
             self.embedder = self._prepare(embedder)
@@ -119,6 +217,8 @@ class Store:
     # -- opening ------------------------------------------------------------
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
+        if self.lake is not None:
+            return lake.connect(self.lake, read_only=self.read_only, prepare=self._limit_memory)
         if self.data_dir is not None:
             if self.read_only and not Path(self.path).exists():
                 raise CCEError(f"no cce_duck store in {self.data_dir} (nothing to open read-only)")
@@ -226,7 +326,7 @@ class Store:
             if self._has_user_tables():
                 raise SchemaError(f"{self.path} holds other tables and is not a cce_duck store")
             emb = get_embedder(requested)
-            migrations.create_from_schema(self.con, emb.dim)
+            migrations.create_from_schema(self.con, emb.dim, translate=self._ddl)
             rows = {
                 "schema_version": str(migrations.SCHEMA_VERSION),
                 "embedder": emb.name,
@@ -235,7 +335,9 @@ class Store:
                 "created_by": f"cce_duck {__version__}",
                 "encrypted": "true" if self.folder_key is not None else "false",
             }
+            self.con.execute("BEGIN")  # (one commit: on a lake each commit writes files)
             self.con.executemany("INSERT INTO main.cce_meta VALUES (?, ?)", list(rows.items()))
+            self.con.execute("COMMIT")
             return emb
         if (meta.get("encrypted") == "true") != (self.folder_key is not None):
             raise EncryptionError(
@@ -265,12 +367,27 @@ class Store:
                 "in place"
             )
         if version < migrations.SCHEMA_VERSION and not self.read_only:
-            migrations.apply(self.con, dim)
+            migrations.apply(self.con, dim, translate=self._ddl)
             self.con.execute(
                 "UPDATE main.cce_meta SET value = ? WHERE key = 'schema_version'",
                 [str(migrations.SCHEMA_VERSION)],
             )
         return emb
+
+    @property
+    def _ddl(self) -> Callable[[str], str] | None:
+        """How migrations are adapted to this store (DuckLake's limits), ``None``: as written."""
+        return lake.ddl if self.lake is not None else None
+
+    def _where(self) -> str:
+        if self.lake is not None:
+            return self.lake.describe()
+        return f"the data folder {self.data_dir}" if self.data_dir is not None else "(in memory)"
+
+    def sql(self, name: str) -> str:
+        """The SQL of the named query ``name`` for this store (a lake's own version where
+        ``sql/lake.sql`` has one)."""
+        return lake_query(name) if self.lake is not None else query(name)
 
     def _meta(self) -> dict[str, str]:
         try:
@@ -314,24 +431,127 @@ class Store:
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection for another thread, with the UDFs and macros installed."""
-        cur = self.con.cursor()
+        cur = self.new_cursor()
         # Python UDFs belong to the database instance (the cursor already sees them and cannot
         # register them again); temp macros belong to each connection.
         self._install_macros(cur)
         return cur
 
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Reads in this block run on a cursor of their own (taken from a pool: making one
+        installs the macros, ~0.1 s), beside other threads' reads and writes; the database is
+        not reopened meanwhile. A thread holding :attr:`write_lock` keeps reading on :attr:`con`
+        (its own transaction's view). Nothing in the block may wait for :attr:`write_lock`."""
+        local = self._local
+        depth = getattr(local, "reading", 0)
+        if depth:
+            local.reading = depth + 1
+            try:
+                yield
+            finally:
+                local.reading = depth
+            return
+        with self._gate.shared():
+            local.reading, local.cursor = 1, None
+            try:
+                yield
+            finally:
+                cur, local.reading, local.cursor = local.cursor, 0, None
+                if cur is not None:
+                    self._give_back(cur, local.epoch)
+
+    def _give_back(self, cur: duckdb.DuckDBPyConnection, epoch: int) -> None:
+        """Return a cursor to the pool, its last result closed (an open result would keep its
+        transaction, and so every version it sees, alive)."""
+        with contextlib.suppress(duckdb.Error):
+            cur.fetchall()
+        with self._cursors_lock:
+            if epoch == self._epoch:
+                self._idle.append(cur)
+                return
+        with contextlib.suppress(duckdb.Error):
+            cur.close()
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The connection the calling thread reads on: a cursor of its own inside
+        :meth:`reading` (unless it holds :attr:`write_lock`), else :attr:`con`."""
+        local = self._local
+        if (not getattr(local, "reading", 0) or self.write_lock.held() or self._detached
+                or self.lake is not None):
+            return self.con
+        cur: duckdb.DuckDBPyConnection | None = local.cursor
+        if cur is None:
+            with self._cursors_lock:
+                cur = self._idle.pop() if self._idle else None
+                epoch = self._epoch
+            if cur is None:
+                cur = self.cursor()
+                with self._cursors_lock:
+                    self._cursors.append(cur)
+            local.cursor, local.epoch = cur, epoch
+        return cur
+
+    def _close_cursors(self) -> None:
+        """Close the readers' cursors (the connection is about to be replaced or closed; no
+        reader is inside :meth:`reading`)."""
+        with self._cursors_lock:
+            cursors, self._cursors, self._idle = self._cursors, [], []
+            self._epoch += 1
+        for cur in cursors:
+            with contextlib.suppress(duckdb.Error):
+                cur.close()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads in this block see one snapshot: a read transaction on the thread's cursor inside
+        :meth:`reading` (rolled back at the end); elsewhere nothing (the caller holds the write
+        lock, or no other thread writes)."""
+        con = self.connection
+        local = self._local
+        if con is self.con or getattr(local, "snapshot", False):
+            yield
+            return
+        con.execute("BEGIN TRANSACTION")
+        local.snapshot = True
+        try:
+            yield
+        finally:
+            local.snapshot = False
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+
     def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None, *,
           source: str = "queries.sql") -> Any:
-        """Run the named query ``name`` from ``sql/queries.sql`` (or ``sql/<source>``)."""
+        """Run the named query ``name`` from ``sql/queries.sql`` (or ``sql/<source>``) on
+        :attr:`connection`."""
         if self._detached and self.failure is not None:
             raise self.failure
         try:
-            return self.con.execute(query(name, source), params)
+            if self.lake is not None:
+                return self._script(lake_query(name, source), params)
+            return self.connection.execute(query(name, source), params)
         except duckdb.Error as exc:
             err = self.failed(exc)
             if err is exc:
                 raise
             raise err from exc
+
+    def script(self, name: str, params: dict[str, Any]) -> Any:
+        """Run the named query ``name`` of several statements, each with the parameters it
+        uses; the last one's result."""
+        return self._script(self.sql(name), params)
+
+    def _script(self, sql: str, params: Sequence[Any] | dict[str, Any] | None) -> Any:
+        parts = [p for p in sql.split(";\n") if p.strip()]
+        if len(parts) == 1 or not isinstance(params, dict):
+            return self.con.execute(sql, params)
+        result = None
+        for part in parts:
+            used = set(_PARAM.findall(part))
+            result = self.con.execute(part, {k: v for k, v in params.items() if k in used})
+        return result
 
     def failed(self, exc: BaseException) -> BaseException:
         """``exc`` as the error to raise: a :class:`StorageError` naming the folder and the
@@ -343,8 +563,7 @@ class Store:
                 isinstance(exc, duckdb.FatalException) or _STORAGE.search(str(exc))):
             return exc
         cause = str(exc).split("\n")[0]
-        where = self.data_dir if self.data_dir is not None else "(in memory)"
-        err = StorageError(f"storage failed in the data folder {where}: {cause}. Nothing of this "
+        err = StorageError(f"storage failed in {self._where()}: {cause}. Nothing of this "
                            "call was stored; what was acknowledged before is kept. Free space (or "
                            "fix the disk) and retry: the store reopens itself on the next call")
         self.failure = err
@@ -355,9 +574,24 @@ class Store:
         folder is still unusable)."""
         if self.failure is None:
             return
-        if self.data_dir is None:  # an in-memory database has nothing to reopen
+        if self.data_dir is None and self.lake is None:  # in memory: nothing to reopen
             raise StorageError(f"{self.failure}; an in-memory store cannot be reopened: restart "
                                "the process", recoverable=False)
+        with self._exclusive():
+            if self.failure is not None:
+                self._reopen_failed()
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Holding the write lock, with no reader inside :meth:`reading` (the connection may be
+        replaced)."""
+        if getattr(self._local, "reading", 0):
+            raise RuntimeError("the database cannot be reopened from inside Store.reading()")
+        with self.write_lock, self._gate.exclusive():
+            yield
+
+    def _reopen_failed(self) -> None:
+        self._close_cursors()
         self._close_reader()
         with contextlib.suppress(duckdb.Error):  # an invalidated database may refuse its own
             self.con.close()                     # close; the handle is gone anyway
@@ -368,7 +602,7 @@ class Store:
             err = self.failed(exc)
             if not isinstance(err, StorageError):  # reopening failed for another reason
                 err = StorageError(
-                    f"the data folder {self.data_dir} failed ({self.failure}) and cannot be "
+                    f"{self._where()} failed ({self.failure}) and cannot be "
                     f"reopened ({exc}); restart the process: nothing acknowledged is lost, the "
                     "journal is replayed at the next open", recoverable=False)
                 self.failure = err
@@ -383,8 +617,8 @@ class Store:
     def frame(self, sql_or_name: str, params: Sequence[Any] | dict[str, Any] | None = None
               ) -> pl.DataFrame:
         """A Polars frame from a named query or a SQL string."""
-        sql = sql_or_name if " " in sql_or_name else query(sql_or_name)
-        return self.con.execute(sql, params).pl()
+        sql = sql_or_name if " " in sql_or_name else self.sql(sql_or_name)
+        return self.connection.execute(sql, params).pl()
 
     @contextmanager
     def transaction(self, *, sessions: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -393,23 +627,24 @@ class Store:
         :attr:`generation` stays and those indexes stay valid."""
         if self.read_only:
             raise CCEError("this store is open read-only")
-        self.recover()
-        self._run("BEGIN")
-        try:
-            yield self.con
-        except BaseException as exc:
+        with self.write_lock:
+            self.recover()
+            self._run("BEGIN")
             try:
-                self.con.execute("ROLLBACK")
-            except duckdb.Error:
-                if not isinstance(self.failed(exc), StorageError):
+                yield self.con
+            except BaseException as exc:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    if not isinstance(self.failed(exc), StorageError):
+                        raise
+                err = self.failed(exc)
+                if err is exc:
                     raise
-            err = self.failed(exc)
-            if err is exc:
-                raise
-            raise err from exc
-        self._run("COMMIT")
-        if sessions:
-            self.generation += 1
+                raise err from exc
+            self._run("COMMIT")
+            if sessions:
+                self.generation += 1
 
     def _run(self, sql: str) -> None:
         try:
@@ -433,43 +668,59 @@ class Store:
 
     def reconnect(self, between: Callable[[], None] | None = None) -> None:
         """Close the connection, run ``between`` (for example a file swap), open it again with
-        the UDFs and macros. Cursors taken before are invalid afterwards."""
-        self.con.execute("CHECKPOINT")
-        self._close_reader()
-        self.con.close()
-        try:
-            if between is not None:
-                between()
-        finally:
-            self.con = self._connect()
-            self.install(self.con)
+        the UDFs and macros. Cursors taken before are invalid afterwards (the readers' pooled
+        cursors are closed here, once no thread reads: see :meth:`reading`)."""
+        with self._exclusive():
+            self._close_cursors()
+            if self.lake is None:
+                self.con.execute("CHECKPOINT")
+            self._close_reader()
+            self.con.close()
+            try:
+                if between is not None:
+                    between()
+            finally:
+                self.con = self._connect()
+                self.install(self.con)
 
     def close(self) -> None:
         """Checkpoint (when writable) and close; after a storage failure it never raises (the
         WAL and the journal keep what the checkpoint could not write)."""
-        try:
-            if not self.read_only and self.data_dir is not None and self.failure is None:
-                self.con.execute("CHECKPOINT")
-        except duckdb.Error as exc:
-            if not isinstance(self.failed(exc), StorageError):
-                raise
-        finally:
-            self._close_reader()
+        with self._exclusive():
+            self._close_cursors()
             try:
-                self.con.close()
+                if not self.read_only and self.data_dir is not None and self.failure is None:
+                    self.con.execute("CHECKPOINT")
             except duckdb.Error as exc:
                 if not isinstance(self.failed(exc), StorageError):
                     raise
             finally:
-                folder.mark_closed(self._key or "")
+                self._close_cursors()
+                self._close_reader()
+                try:
+                    self.con.close()
+                except duckdb.Error as exc:
+                    if not isinstance(self.failed(exc), StorageError):
+                        raise
+                finally:
+                    folder.mark_closed(self._key or "")
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A second connection for plain reads that run beside this one's (the retrieval index
         reads two tables at once); made on first use, closed with the store. Only one thread
         may use it at a time."""
-        if self._reader is None:
-            self._reader = self.con.cursor()
-        return self._reader
+        with self._cursors_lock:
+            if self._reader is None:
+                self._reader = self.new_cursor()
+            return self._reader
+
+    def new_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new connection of the instance, on the store's catalog (a lake's is not the
+        instance's default one)."""
+        cur = self.con.cursor()
+        if self.lake is not None:
+            cur.execute(statement("use", identifiers={"name": lake.LAKE_NAME}))
+        return cur
 
     def _close_reader(self) -> None:
         if self._reader is not None:

@@ -33,7 +33,7 @@ from cce_duck.folder import JOURNAL_FILE
 from cce_duck.journal import Journal
 from cce_duck.messages import Message
 from cce_duck.rows import Flushed, TurnRows, content_hash, registered, vectors_of
-from cce_duck.store import Store
+from cce_duck.store import Store, WriteLock
 from cce_duck.summariser import FreshNote, Summariser
 from cce_duck.text import estimate_tokens
 
@@ -60,13 +60,14 @@ class Writer:
         self._buffered_at = 0.0  # when the buffer's oldest message arrived (monotonic)
         #: client ids of buffered messages: (session, id) -> (turn, role, content hash)
         self._ids: dict[tuple[str, str], tuple[int, str, int]] = {}
-        self._lock = threading.RLock()  # adding and flushing, one thread at a time
+        self._lock = store.write_lock  # adding and flushing, one thread at a time
         self.journal: Journal | None = None
         self._recoveries = store.recoveries
         self._retry_at = 0.0
         # session -> (term df, documents), for note labels; the most recently used few only
         self._df: OrderedDict[str, tuple[Counter[str], int]] = OrderedDict()
         self._retrieved: Counter[tuple[str, int]] = Counter()  # (session, note) -> times in a context
+        self._retrieved_lock = threading.Lock()  # counted by readers, without the write lock
         #: Called after each flush with (generation before, generation after, sessions written).
         self.on_flush: Callable[[int, int, set[str]], None] | None = None
         #: The model summariser (``summariser="llm"``), else ``None`` (extractive summaries).
@@ -78,6 +79,18 @@ class Writer:
         self._planned: list[tuple[str, list[dict[str, Any]], list[tuple[str, int, int]]]] = []
         #: What the last flush stored (read by ``on_flush``: indexes in memory take it in).
         self.flushed: Flushed | None = None
+        #: On a lake there is no journal: a message is acknowledged once a flush committed it
+        #: (see :meth:`sync`). Tickets count the messages added; ``_committed`` the ones a
+        #: flush settled, ``_lost`` the ranges (after, up to] a failed flush dropped.
+        self._lake = store.lake is not None
+        self._added = 0
+        self._committed = 0
+        self._lost: list[tuple[int, int]] = []
+        self._commit_cond = threading.Condition()
+        self._committing = False
+        #: Commits that acknowledged messages on a lake, and the messages they carried.
+        self.commits = 0
+        self.committed_messages = 0
         if store.data_dir is not None and not store.read_only:
             self.journal = Journal(store.data_dir / JOURNAL_FILE, store.journal_codec,
                                    config.durability)
@@ -89,7 +102,7 @@ class Writer:
                 raise
 
     @property
-    def lock(self) -> threading.RLock:
+    def lock(self) -> WriteLock:
         """The lock adding and flushing hold: writes outside the writer that share the store's
         connection (store items) hold it too."""
         return self._lock
@@ -167,6 +180,9 @@ class Writer:
                 if m.message_id is not None:
                     known[m.message_id] = (n, m.role, content_hash(m.role, m.content))
             ticket = 0
+            if self._lake and numbered:
+                self._added += len(numbered)
+                ticket = self._added
             if self.journal is not None and numbered:
                 try:
                     ticket = self.journal.append(_record(s, n, m, user) for s, n, m in numbered)
@@ -227,9 +243,50 @@ class Writer:
             self._retry_at = time.monotonic() + RETRY_S
 
     def sync(self, ticket: int) -> None:
-        """Return once the journal records up to ``ticket`` are on disk (see :class:`Journal`)."""
+        """Return once the messages up to ``ticket`` are durable: their journal records on disk
+        (see :class:`Journal`), or on a lake committed to it.
+
+        On a lake concurrent callers share one commit (group commit): whoever finds no flush
+        running flushes everything added so far; the others wait for it. A caller whose
+        messages a failed flush dropped gets that flush's error (nothing of its call is stored).
+        """
         if self.journal is not None and ticket:
             self.journal.sync(ticket)
+        elif self._lake and ticket:
+            self._commit(ticket)
+
+    def _commit(self, ticket: int) -> None:
+        with self._commit_cond:
+            while self._committed < ticket:
+                if self._committing:
+                    self._commit_cond.wait()
+                    continue
+                self._committing = True
+                self._commit_cond.release()
+                try:
+                    self.flush()
+                except CCEError:
+                    pass  # the range it dropped is in _lost: checked below
+                finally:
+                    self._commit_cond.acquire()
+                    self._committing = False
+                    self._commit_cond.notify_all()
+            for after, upto in self._lost:
+                if after < ticket <= upto:
+                    raise StorageError(
+                        f"{self.store.lake.describe() if self.store.lake else 'the lake'} did not "
+                        "commit these messages; nothing of this call was stored, retry it")
+
+    def _settle(self, upto: int, *, lost: bool) -> None:
+        """A lake flush ended: the messages up to ``upto`` are committed, or (``lost``) dropped."""
+        with self._commit_cond:
+            if lost and upto > self._committed:
+                self._lost = [*self._lost[-63:], (self._committed, upto)]
+            elif not lost and upto > self._committed:
+                self.commits += 1
+                self.committed_messages += upto - self._committed
+            self._committed = max(self._committed, upto)
+            self._commit_cond.notify_all()
 
     def _known_ids(self, sid: str, messages: Sequence[Message]
                    ) -> dict[str, tuple[int, str, int]]:
@@ -277,6 +334,8 @@ class Writer:
         """Reopen a database that failed, and take the buffer again from the journal."""
         self.store.recover()
         self._recoveries = self.store.recoveries
+        if self._lake and self._buffer:  # no journal holds them: never acknowledged, dropped
+            self._settle(self._added, lost=True)
         self._next.clear()
         self._closed.clear()
         self._users.clear()
@@ -302,6 +361,24 @@ class Writer:
             self._flush(finish, hot_too=hot_too, counts=counts)
 
     def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
+        if not self._lake:
+            self._flush_tables(finish, hot_too=hot_too, counts=counts)
+            return
+        upto = self._added
+        try:
+            self._flush_tables(finish, hot_too=hot_too, counts=counts)
+        except BaseException:
+            if self._buffer:  # never acknowledged: dropped, with what was derived from them
+                self._buffer = []
+                self._rows, self._rows_n = TurnRows(), 0
+                self._ids.clear()
+                self._next.clear()
+                self._users.clear()
+                self._settle(upto, lost=True)
+            raise
+        self._settle(upto, lost=False)
+
+    def _flush_tables(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
         if self.store.failure is not None or self._recoveries != self.store.recoveries:
             self._recover()
         if not self._buffer and not finish and not (counts and self._retrieved):
@@ -372,16 +449,29 @@ class Writer:
 
     def note_retrieved(self, session_id: str, note_ids: Iterable[int | None]) -> None:
         """Count that notes went into a context; stored with the next flush, not per query."""
-        self._retrieved.update((session_id, int(i)) for i in note_ids if i is not None)
+        keys = [(session_id, int(i)) for i in note_ids if i is not None]
+        if keys:
+            with self._retrieved_lock:
+                self._retrieved.update(keys)
 
     def _bump(self, con: Any) -> None:
-        keys = list(self._retrieved)
-        with registered(con, _b_bump=pa.table({
-                "session_id": [k[0] for k in keys],
-                "note_id": pa.array([k[1] for k in keys], pa.int64()),
-                "n": pa.array([self._retrieved[k] for k in keys], pa.int32())})):
-            self.store.q("bump_retrieval_batch")
-        self._retrieved.clear()
+        with self._retrieved_lock:
+            counts, self._retrieved = self._retrieved, Counter()
+        keys = list(counts)
+        try:
+            with registered(con, _b_bump=pa.table({
+                    "session_id": [k[0] for k in keys],
+                    "note_id": pa.array([k[1] for k in keys], pa.int64()),
+                    "n": pa.array([counts[k] for k in keys], pa.int32())})):
+                self.store.q("bump_retrieval_batch")
+        except BaseException:
+            with self._retrieved_lock:
+                self._retrieved.update(counts)  # counted again with the next flush
+            raise
+
+    def counts_waiting(self) -> bool:
+        """Whether retrieval counts wait to be stored."""
+        return bool(self._retrieved)
 
     def pending_count(self) -> int:
         """Messages journaled but not yet in the tables."""

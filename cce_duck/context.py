@@ -33,8 +33,8 @@ from cce_duck.text import cached_terms, estimate_tokens, outside_spans, query_te
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
-__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "build_user_context",
-           "is_overview_question", "rerank", "retrieve"]
+__all__ = ["SEARCH_SCHEMA", "USER_SEARCH_SCHEMA", "ContextRequest", "build_context",
+           "build_user_context", "is_overview_question", "rerank", "retrieve", "retrieve_user"]
 
 _OVERVIEW = re.compile(
     r"\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
@@ -353,6 +353,25 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
         return []
     return [{**{c: h.get(c) for c in SEARCH_SCHEMA}, "content": index.content[h["row"]]}
             for h in hits]
+
+
+#: Columns of a search across a user's sessions: the session, :data:`SEARCH_SCHEMA`, and the
+#: conversation ``score`` the hits are ordered by.
+USER_SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "session_id": pl.String, **SEARCH_SCHEMA, "score": pl.Float64}
+
+
+def retrieve_user(store: Store, config: Config, sessions: list[str], query: str, *, k: int,
+                  cache: IndexCache | None = None) -> list[dict[str, Any]]:
+    """Hits across ``sessions`` (a user's, in time order) with their text, best first: the
+    ranking a user context is built from (:func:`cce_duck.index.retrieve_across`), the columns
+    of :data:`USER_SEARCH_SCHEMA`."""
+    parts = [(s, _index(store, s, cache)) for s in sessions]
+    hits = retrieve_across(parts, store.embedder.embed([query], "query")[0], query, k=k,
+                           recency_weight=config.recency_weight, rrf_k=config.rrf_k)
+    indexes = dict(parts)
+    return [{**{c: h.get(c) for c in USER_SEARCH_SCHEMA},
+             "content": indexes[h["session_id"]].content[h["row"]]} for h in hits]
 
 
 def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None]

@@ -17,10 +17,12 @@ from cce_duck.allocator import tune_allocator
 from cce_duck.config import Config
 from cce_duck.context import (
     SEARCH_SCHEMA,
+    USER_SEARCH_SCHEMA,
     ContextRequest,
     build_context,
     build_user_context,
     retrieve,
+    retrieve_user,
 )
 from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
 from cce_duck.explain import refine as refine_explain
@@ -466,6 +468,20 @@ class Engine(ManagementMixin):
             for n in payload.notes:
                 self.writer.note_retrieved(n["session_id"], [n["note_id"]])
         return payload
+
+    def user_search(self, user_id: str, query: str, k: int = 10) -> pl.DataFrame:
+        """Ranked turns of all the user's sessions for ``query`` (the ranking of
+        :meth:`user_context`, best first) with their session, scores and text. Raises
+        :class:`NotFoundError` for an unknown user."""
+        sessions = self.user_sessions(user_id)
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("query must be a non-empty string")
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+            raise ValidationError("k must be a positive integer")
+        query = query.encode("utf-8", "replace").decode("utf-8")
+        hits = retrieve_user(self.store, self.config, sessions, query, k=k, cache=self.index)
+        return pl.DataFrame(hits, schema=USER_SEARCH_SCHEMA, orient="row") if hits else \
+            pl.DataFrame(schema=USER_SEARCH_SCHEMA)
 
     @property
     def items(self) -> ItemStore:

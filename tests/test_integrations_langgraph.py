@@ -153,6 +153,28 @@ def test_search_is_the_engines_ranking(store: CCEStore) -> None:
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
+def test_search_turns_ranks_the_users_conversations(store: CCEStore, file_engine: Engine) -> None:
+    file_engine.ingest("ann-0", [{"role": "user", "content": "My sister Ines moved to Porto."},
+                                 {"role": "assistant", "content": "Porto is lovely in spring."}],
+                       user_id="ann")
+    file_engine.ingest("ann-1", [{"role": "user", "content": "I bought a green Bianchi bike."}],
+                       user_id="ann")
+    file_engine.ingest("ben-0", [{"role": "user", "content": "Ines is my cousin too."}],
+                       user_id="ben")
+    turns = store.search_turns("ann", "Where does Ines live?", limit=3)
+    assert turns[0].namespace == ("users", "ann", "sessions", "ann-0")
+    assert (turns[0].key, turns[0].value["content"]) == ("0", "My sister Ines moved to Porto.")
+    assert all(t.namespace[3] in ("ann-0", "ann-1") for t in turns)  # never another user's
+    # the engine's ranking: the order and scores of Engine.user_search for the same question
+    frame = file_engine.user_search("ann", "Where does Ines live?", k=3)
+    assert [(t.namespace[3], int(t.key), t.score) for t in turns] == list(
+        zip(frame["session_id"], frame["turn_no"], frame["score"], strict=True))
+    assert store.search_turns("nobody", "Ines") == []
+    assert store.search(("users", "ann")) == []  # turns are not items
+    with pytest.raises(ValidationError):
+        store.search_turns("ann", "   ")
+
+
 def test_items_leave_the_session_indexes_valid(store: CCEStore, file_engine: Engine) -> None:
     file_engine.ingest("s1", [{"role": "user", "content": f"message {i} about lighthouses"}
                               for i in range(12)])

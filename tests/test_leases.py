@@ -16,7 +16,7 @@ import pytest
 from cce_duck.changefeed import ChangeFeed
 from cce_duck.errors import ConflictError, StorageError
 from cce_duck.groupcommit import GroupCommit
-from cce_duck.leases import CatalogLink, Leases, catalog_name
+from cce_duck.leases import CatalogLink, CommitLock, Leases, catalog_name
 from tests.pg import catalog_database
 
 pytestmark = pytest.mark.processes
@@ -203,3 +203,41 @@ def test_the_change_feed_names_other_processes_sessions(dsn: str) -> None:
         con.close()
         me.link.close()
         other.link.close()
+
+
+def test_the_commit_lock_serialises_writers_and_dies_with_its_holder(dsn: str) -> None:
+    a = CommitLock(CatalogLink(dsn), "t")
+    b = CommitLock(CatalogLink(dsn, lock_timeout_s=0.3), "t")
+    try:
+        with a.held():
+            with pytest.raises(StorageError, match="commit lock for more than 0.3 s"):
+                with b.held():
+                    pass
+        b.link.close()
+        b = CommitLock(CatalogLink(dsn), "t")
+        order: list[str] = []
+        held = threading.Event()
+
+        def first() -> None:
+            with a.held():
+                held.set()
+                time.sleep(0.3)
+                order.append("a")
+
+        t = threading.Thread(target=first)
+        t.start()
+        held.wait()
+        with b.held():
+            order.append("b")
+        t.join()
+        assert order == ["a", "b"]
+        assert b.waited_s >= 0.2
+        with a.held():  # the holder's connection ends: the lock is free at once
+            pid = a.link.run("backend_pid")[0][0]
+            Leases(b.link, "t").link.run("terminate_backend", {"pid": pid})
+            start = time.monotonic()
+            with b.held():
+                assert time.monotonic() - start < 1.0
+    finally:
+        a.link.close()
+        b.link.close()

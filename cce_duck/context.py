@@ -8,7 +8,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -263,7 +264,11 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     session as one conversation (:func:`cce_duck.index.retrieve_across`), each under the date
     and the session it was said in. The cap is never exceeded."""
     budget = _Budget(req.max_tokens)
-    parts = [(s, _index(store, s, cache)) for s in sessions]
+    joining = cache is not None and cache.join_users
+    if cache is not None and joining:
+        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
+    else:
+        parts = [(s, _index(store, s, cache)) for s in sessions]
     own = dict(parts).get(req.session_id)
     memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(USER_MEMORY_HEADER) + 1
     pins = [] if own is not None else _pins(user_pins or [], req, budget, memory_overhead)
@@ -285,7 +290,9 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         qv = store.embedder.embed([req.query], "query")[0]
         hits = retrieve_across(parts, qv, req.query, k=HITS_PER_NOTE * req.top_k,
                                since=req.since, until=req.until, before=before,
-                               recency_weight=config.recency_weight, rrf_k=config.rrf_k)
+                               recency_weight=config.recency_weight, rrf_k=config.rrf_k,
+                               joined=cache.joined(parts) if cache is not None and joining
+                               else None)
         first_index = parts[0][1] if parts else None
         if first_index is not None:
             chosen, dropped, _ = _quotes(store, req.session_id, req, hits, first_index, budget,
@@ -365,6 +372,13 @@ def _day_header(ts: datetime, session_id: str | None = None) -> str:
 
 
 DAY_HEADER_TOKENS = estimate_tokens(_day_header(datetime(2000, 1, 1)))  # the same for every day
+
+
+@lru_cache(maxsize=8192)
+def _session_day_tokens(day: date, session_id: str) -> int:
+    """Tokens of the date line of a session's quotes of ``day`` (memoised: a user context
+    prices one for most of its hits)."""
+    return estimate_tokens(_day_header(datetime(day.year, day.month, day.day), session_id))
 
 
 def _note_header(n: dict[str, Any]) -> str:
@@ -456,8 +470,8 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
                 group["session_id"] = h["session_id"]
         day = h["ts"].date() if indexes is None else (h["ts"].date(), h["session_id"])
         if day not in days:  # quotes are shown under one date line per day (and session)
-            cost += 1 + (DAY_HEADER_TOKENS if indexes is None else estimate_tokens(
-                _day_header(h["ts"], h["session_id"])))
+            cost += 1 + (DAY_HEADER_TOKENS if indexes is None else _session_day_tokens(
+                h["ts"].date(), h["session_id"]))
         elif len(group["quotes"]) >= QUOTES_PER_NOTE:
             dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
                             "reason": "quotes_per_note", "fused": h["fused"]})

@@ -10,10 +10,11 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPBearer
 
 from cce_duck.messages import validate_session_id
+from cce_duck.server.access import check_session
 from cce_duck.server.http import Guard
 from cce_duck.server.keys import Principal
 
-__all__ = ["G", "Sid", "Who", "frame_rows", "guard", "principal", "session"]
+__all__ = ["G", "Sid", "Uid", "Who", "frame_rows", "guard", "principal", "session", "user"]
 
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key")
 _bearer = HTTPBearer(auto_error=False, description="API key as a Bearer token")
@@ -35,14 +36,24 @@ Who = Annotated[Principal, Depends(principal)]
 G = Annotated[Guard, Depends(guard)]
 
 
-def session(session_id: str, who: Who) -> str:
-    """A valid session id (400) that the caller's key may use (403, whether it exists or not)."""
+def session(session_id: str, who: Who, g: G) -> str:
+    """A valid session id (400) that the caller's key may use (403, whether it exists or not):
+    by name, or through the user it is bound to."""
     sid = validate_session_id(session_id)
-    who.check(sid)
+    check_session(who, g, sid)
     return sid
 
 
 Sid = Annotated[str, Depends(session)]
+
+
+def user(user_id: str, who: Who) -> str:
+    """A user id the caller's key may use (403, whether the user exists or not)."""
+    who.check_user(user_id)
+    return user_id
+
+
+Uid = Annotated[str, Depends(user)]
 
 
 def frame_rows(df: pl.DataFrame) -> list[dict[str, Any]]:

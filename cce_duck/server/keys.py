@@ -1,9 +1,11 @@
 """API keys of the network adapters and the sessions each key may use.
 
 ``CCE_API_KEY=secret`` gives one key access to everything. ``CCE_API_KEYS`` limits keys to
-sessions: ``"k1=user-1,user-2;k2=team-*;admin=*"`` (shell-style patterns). A key whose
-patterns include ``*`` is an admin key (it may also use the read-only SQL endpoint). Without any
-key every request is allowed, which the servers only accept on a loopback address.
+sessions: ``"k1=user-1,user-2;k2=team-*;admin=*"`` (shell-style patterns), or to users:
+``"k3=user:alice"`` reaches every session bound to the user ``alice`` (and her user routes),
+nothing else; patterns of both kinds may be mixed. A key whose patterns include ``*`` is an
+admin key (it may also use the read-only SQL endpoint). Without any key every request is
+allowed, which the servers only accept on a loopback address.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 from cce_duck.errors import ValidationError
 
-__all__ = ["AuthError", "ForbiddenError", "KeyRing", "Principal", "is_loopback"]
+__all__ = ["USER_PREFIX", "AuthError", "ForbiddenError", "KeyRing", "Principal", "is_loopback"]
 
 
 class AuthError(Exception):
@@ -28,9 +30,14 @@ class ForbiddenError(Exception):
     """A valid key used outside its sessions or on an admin-only route (HTTP 403)."""
 
 
+#: A key pattern of this prefix names users (``user:alice``, ``user:team-*``), not sessions.
+USER_PREFIX = "user:"
+
+
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: the session patterns of their key (``("*",)`` for full access)."""
+    """Who is calling: the session patterns of their key (``("*",)`` for full access) and the
+    user patterns (``user:`` entries, prefix removed)."""
 
     patterns: tuple[str, ...]
 
@@ -39,14 +46,43 @@ class Principal:
         """Full access (the single ``CCE_API_KEY``, a ``*`` pattern, or no keys configured)."""
         return "*" in self.patterns
 
-    def allows(self, session_id: str) -> bool:
-        """May this caller use ``session_id``?"""
-        return any(fnmatch.fnmatchcase(session_id, p) for p in self.patterns)
+    @property
+    def session_patterns(self) -> tuple[str, ...]:
+        """Patterns of session ids the key reaches by name."""
+        return tuple(p for p in self.patterns if not p.startswith(USER_PREFIX))
 
-    def check(self, session_id: str) -> None:
+    @property
+    def user_patterns(self) -> tuple[str, ...]:
+        """Patterns of user ids whose sessions the key reaches."""
+        return tuple(p[len(USER_PREFIX):] for p in self.patterns if p.startswith(USER_PREFIX))
+
+    @property
+    def sole_user(self) -> str | None:
+        """The one user a key limited to exactly one literal user id names (else ``None``)."""
+        users = self.user_patterns
+        if len(users) == 1 and not any(c in users[0] for c in "*?["):
+            return users[0]
+        return None
+
+    def allows_user(self, user_id: str) -> bool:
+        """May this caller use the user ``user_id`` (its routes and sessions)?"""
+        return self.is_admin or any(fnmatch.fnmatchcase(user_id, p) for p in self.user_patterns)
+
+    def allows(self, session_id: str, user_id: str | None = None) -> bool:
+        """May this caller use ``session_id``, bound to ``user_id`` (``None``: no user, or not
+        stored)?"""
+        return any(fnmatch.fnmatchcase(session_id, p) for p in self.session_patterns) or (
+            user_id is not None and self.allows_user(user_id))
+
+    def check(self, session_id: str, user_id: str | None = None) -> None:
         """Raise :class:`ForbiddenError` outside the key's sessions (whether they exist or not)."""
-        if not self.allows(session_id):
+        if not self.allows(session_id, user_id):
             raise ForbiddenError(f"this key may not use session {session_id!r}")
+
+    def check_user(self, user_id: str) -> None:
+        """Raise :class:`ForbiddenError` outside the key's users (whether they exist or not)."""
+        if not self.allows_user(user_id):
+            raise ForbiddenError(f"this key may not use user {user_id!r}")
 
     def require_admin(self) -> None:
         """Raise :class:`ForbiddenError` unless the key is an admin key."""
@@ -79,9 +115,10 @@ class KeyRing:
                 continue
             key, sep, pats = part.partition("=")
             patterns = tuple(p.strip() for p in pats.split(",") if p.strip())
-            if not sep or not key.strip() or not patterns:
+            if not sep or not key.strip() or not patterns or USER_PREFIX in patterns:
                 raise ValidationError(
-                    "CCE_API_KEYS must look like 'key1=session-a,session-b;key2=team-*;admin=*'")
+                    "CCE_API_KEYS must look like "
+                    "'key1=session-a,session-b;key2=team-*;key3=user:alice;admin=*'")
             keys[key.strip()] = patterns
         return cls(keys)
 

@@ -25,6 +25,7 @@ from cce_duck import __version__
 from cce_duck.chat import ChatPlan, chat_session_id, prepare_chat, record_reply
 from cce_duck.engine import Engine
 from cce_duck.errors import ValidationError
+from cce_duck.server.access import writing_user
 from cce_duck.server.http import BodyLimit, Guard, error_response, install_error_handlers
 from cce_duck.server.keys import KeyRing
 
@@ -90,10 +91,11 @@ def create_proxy(engine: Engine, upstream: str, keys: KeyRing | None = None, *,
             return error_response(422, "invalid_request", "the body needs a non-empty 'messages' list")
         sid = chat_session_id(body["messages"], header=request.headers.get("x-cce-session"),
                               user=body.get("user"))
-        who.check(sid)
+        uid = await run_in_threadpool(writing_user, who, guard, sid,
+                                      request.headers.get("x-cce-user"))
         plan: ChatPlan = await run_in_threadpool(guard.call, prepare_chat, engine, sid,
                                                  body["messages"], max_tokens=max_tokens,
-                                                 user_id=request.headers.get("x-cce-user"))
+                                                 user_id=uid)
         out = {**body, "messages": plan.messages}
         extra = {"x-cce-session": sid, "x-cce-trimmed": "1" if plan.trimmed else "0",
                  "x-cce-tokens": f"{plan.tokens_in}->{plan.tokens_out}"}

@@ -16,8 +16,10 @@ from fastapi_offline import FastAPIOffline
 from cce_duck import __version__, pipeline
 from cce_duck.adhoc import read_only_query
 from cce_duck.engine import Engine
+from cce_duck.messages import validate_session_id
 from cce_duck.server import manage_routes
-from cce_duck.server.deps import G, Sid, Who, frame_rows
+from cce_duck.server.access import check_answering_session, writing_user
+from cce_duck.server.deps import G, Sid, Uid, Who, frame_rows
 from cce_duck.server.http import BodyLimit, Guard, error_response, install_error_handlers
 from cce_duck.server.keys import KeyRing
 from cce_duck.server.models import (
@@ -46,15 +48,18 @@ def compress(body: CompressIn, _: Who) -> dict[str, Any]:
 def list_sessions(g: G, who: Who) -> dict[str, Any]:
     """Sessions the key may use, with turn and note counts."""
     rows = frame_rows(g.call(g.engine.sessions))
-    return {"sessions": [r for r in rows if who.allows(str(r["session_id"]))]}
+    return {"sessions": [r for r in rows if who.allows(str(r["session_id"]), r["user_id"])]}
 
 
 @router.post("/sessions/{session_id}/messages", tags=["sessions"])
-def add_messages(sid: Sid, body: MessagesIn, g: G) -> dict[str, Any]:
-    """Append messages to a session (created on first use); returns their turn numbers."""
+def add_messages(session_id: str, body: MessagesIn, g: G, who: Who) -> dict[str, Any]:
+    """Append messages to a session (created on first use); returns their turn numbers. A key
+    limited to users creates only sessions bound to one of its users (``user_id``, or the key's
+    only user)."""
+    sid = validate_session_id(session_id)
+    uid = writing_user(who, g, sid, body.user_id)
     msgs = [m.model_dump(exclude_none=True) for m in body.messages]
-    return {"session_id": sid,
-            "turns": g.call(g.engine.add_messages, sid, msgs, user_id=body.user_id)}
+    return {"session_id": sid, "turns": g.call(g.engine.add_messages, sid, msgs, user_id=uid)}
 
 
 @router.post("/sessions/{session_id}/context", tags=["sessions"])
@@ -67,10 +72,10 @@ def context(sid: Sid, body: ContextIn, g: G) -> dict[str, Any]:
 
 
 @router.post("/users/{user_id}/context", tags=["users"])
-def user_context(user_id: str, body: UserContextIn, g: G, who: Who) -> dict[str, Any]:
-    """The token-capped context across every session of a user (admin key; 404 for an unknown
-    user, 409 for a ``session_id`` of another user)."""
-    who.require_admin()
+def user_context(user_id: Uid, body: UserContextIn, g: G, who: Who) -> dict[str, Any]:
+    """The token-capped context across every session of a user (404 for an unknown user, 409
+    for a ``session_id`` of another user; 403 for a key outside the user or that session)."""
+    check_answering_session(who, g, user_id, body.session_id)
     payload = g.call(g.engine.user_context, user_id, body.query, session_id=body.session_id,
                      max_tokens=body.max_tokens, top_k=body.top_k, since=body.since,
                      until=body.until, explain=body.explain)
@@ -106,47 +111,45 @@ def close(sid: Sid, g: G) -> dict[str, Any]:
 
 @router.get("/users", tags=["users"])
 def list_users(g: G, who: Who) -> dict[str, Any]:
-    """Every user with their session and turn counts (admin key)."""
-    who.require_admin()
-    return {"users": frame_rows(g.call(g.engine.users))}
+    """Every user with their session and turn counts (those of its users for a key limited to
+    users; 403 for a key limited to sessions)."""
+    if not who.user_patterns:
+        who.require_admin()
+    rows = frame_rows(g.call(g.engine.users))
+    return {"users": [r for r in rows if who.allows_user(str(r["user_id"]))]}
 
 
 @router.get("/users/{user_id}/export", tags=["users"])
-def export_user(user_id: str, g: G, who: Who) -> dict[str, Any]:
+def export_user(user_id: Uid, g: G) -> dict[str, Any]:
     """Every session of a user as JSON, each as ``GET /v1/sessions/{id}/export`` gives it (admin
-    key; 404 for an unknown user)."""
-    who.require_admin()
+    key or one limited to the user; 404 for an unknown user)."""
     document: dict[str, Any] = g.call(g.engine.user_document, user_id)
     return document
 
 
 @router.get("/users/{user_id}/pins", tags=["users"])
-def user_pins(user_id: str, g: G, who: Who) -> dict[str, Any]:
-    """The user's pins (admin key; 404 for an unknown user)."""
-    who.require_admin()
+def user_pins(user_id: Uid, g: G) -> dict[str, Any]:
+    """The user's pins (admin key or one limited to the user; 404 for an unknown user)."""
     return {"user_id": user_id, "pins": frame_rows(g.call(g.engine.user_pins, user_id))}
 
 
 @router.post("/users/{user_id}/pins", tags=["users"])
-def pin_user(user_id: str, body: UserPinIn, g: G, who: Who) -> dict[str, Any]:
-    """Keep a text in every context of every session of the user (admin key)."""
-    who.require_admin()
+def pin_user(user_id: Uid, body: UserPinIn, g: G) -> dict[str, Any]:
+    """Keep a text in every context of every session of the user (admin key or one limited to the user)."""
     return {"user_id": user_id, "pin_id": g.call(g.engine.pin_user, user_id, body.text)}
 
 
 @router.delete("/users/{user_id}/pins/{pin_id}", tags=["users"])
-def unpin_user(user_id: str, pin_id: int, g: G, who: Who) -> dict[str, Any]:
-    """Remove a pin of the user (admin key)."""
-    who.require_admin()
+def unpin_user(user_id: Uid, pin_id: int, g: G) -> dict[str, Any]:
+    """Remove a pin of the user (admin key or one limited to the user)."""
     g.call(g.engine.unpin_user, user_id, pin_id)
     return {"user_id": user_id, "pin_id": pin_id, "deleted": True}
 
 
 @router.delete("/users/{user_id}", tags=["users"])
-def delete_user(user_id: str, g: G, who: Who) -> dict[str, Any]:
+def delete_user(user_id: Uid, g: G) -> dict[str, Any]:
     """Delete every session of a user, its text gone from every file (admin key; 404 for an
     unknown user)."""
-    who.require_admin()
     return {"user_id": user_id, "deleted": g.call(g.engine.delete_user, user_id)}
 
 

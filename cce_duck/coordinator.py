@@ -20,11 +20,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from cce_duck.changefeed import ChangeFeed, Changes
 from cce_duck.errors import StorageError
-from cce_duck.leases import CatalogLink, Leases
+from cce_duck.leases import CatalogLink, CommitLock, Leases
+from cce_duck.sqlfiles import query
 
 __all__ = ["PG_PREFIX", "Coordinator", "is_conflict"]
 
@@ -37,7 +39,7 @@ def is_conflict(exc: BaseException) -> bool:
     """Whether a DuckDB error is DuckLake refusing a commit for a concurrent conflicting one
     (then running the same transaction again may succeed)."""
     text = str(exc)
-    return "Transaction conflict" in text or "conflict" in text.lower() and "DuckLake" in text
+    return "Transaction conflict" in text or ("conflict" in text.lower() and "DuckLake" in text)
 
 
 class Coordinator:
@@ -47,6 +49,7 @@ class Coordinator:
         dsn = catalog[len(PG_PREFIX):] if catalog.startswith(PG_PREFIX) else catalog
         self.link = CatalogLink(dsn)
         self.leases = Leases(self.link, namespace)
+        self.commit_lock = CommitLock(CatalogLink(dsn), namespace)
         self.feed = ChangeFeed(self.link)  # (an unreachable catalog raises here, at open)
         #: Called with what other processes changed (under this object's lock).
         self.on_changes: Callable[[Changes], None] | None = None
@@ -95,14 +98,19 @@ class Coordinator:
             self.leases.release(sid)
 
     def stamp(self, con: Any, sessions: Iterable[str] | None) -> None:
-        """Before ``COMMIT``: check the leases of ``sessions`` are still held and stamp the
-        commit with them (``None``: a commit that may change anything)."""
+        """Before ``COMMIT``: check that the leases this process holds among ``sessions`` (those
+        whose messages it numbered) are still held, and stamp the commit with ``sessions``
+        (``None``: a commit that may change anything)."""
         if sessions is not None:
             sessions = sorted(set(sessions))
-            self.leases.check(sessions)
+            self.leases.check(set(sessions) & self.leases.held())
         author, message, extra = self.feed.stamp(sessions)
-        con.execute("CALL ducklake_set_commit_message(current_database(), ?, ?, extra_info => ?)",
-                    [author, message, extra])
+        con.execute(query("stamp_commit", "lake.sql"),
+                    {"author": author, "message": message, "extra": extra})
+
+    def committing(self) -> AbstractContextManager[None]:
+        """Hold the lake's commit lock around one write transaction."""
+        return self.commit_lock.held()
 
     def retry_pause(self, attempt: int) -> None:
         """Back off before running a conflicting commit again."""
@@ -112,3 +120,4 @@ class Coordinator:
     def close(self) -> None:
         """Close the catalog connection (its leases go with it)."""
         self.link.close()
+        self.commit_lock.link.close()

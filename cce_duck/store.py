@@ -8,7 +8,7 @@ import importlib.util
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from cce_duck.cipher import (
     is_encrypted,
     write_marker,
 )
+from cce_duck.coordinator import Coordinator
 from cce_duck.embedders import CachedEmbedder, get_embedder
 from cce_duck.errors import (
     CCEError,
@@ -93,6 +94,12 @@ class Store:
         lake: Lake | None = None,
     ) -> None:
         self.lake = lake
+        #: Leases, commit lock and change feed of a lake many processes share (set by the
+        #: engine; ``None`` for a folder, in memory, or a lake with a local catalog).
+        self.coordinator: Coordinator | None = None
+        #: The sessions the running write transaction changes (``None``: it may change any);
+        #: its commit is stamped with them.
+        self.writing: set[str] | None = None
         self.data_dir = None if lake is not None else data_dir
         data_dir = self.data_dir
         self.read_only = read_only
@@ -444,9 +451,17 @@ class Store:
         if self.read_only:
             raise CCEError("this store is open read-only")
         self.recover()
+        guard = self.coordinator.committing() if self.coordinator is not None else nullcontext()
+        with guard, self._transaction(sessions):
+            yield self.con
+
+    @contextmanager
+    def _transaction(self, sessions: bool) -> Iterator[duckdb.DuckDBPyConnection]:
         self._run("BEGIN")
         try:
             yield self.con
+            if self.coordinator is not None:  # what the other processes read
+                self.coordinator.stamp(self.con, self.writing if sessions else set())
         except BaseException as exc:
             try:
                 self.con.execute("ROLLBACK")

@@ -32,7 +32,7 @@ from tests.servers import CCE, free_port, wait_http
 
 pytestmark = [pytest.mark.processes, pytest.mark.lake]
 
-SESSIONS = 4
+SESSIONS = 3
 CLIENTS_PER_SESSION = 2
 KILLS = 20
 
@@ -105,6 +105,7 @@ def _post(base: str, path: str, body: dict[str, Any], timeout: float = 20.0) -> 
         return c.post(base + path, json=body)
 
 
+@pytest.mark.timeout(1800)  # about 9 min with the machine's 2 cores shared by 8 test runs
 def test_three_processes_killed_twenty_times_lose_and_repeat_nothing(
         shared_lake: dict[str, str], tmp_path: Path) -> None:
     fleet = Fleet(shared_lake, tmp_path)
@@ -324,7 +325,8 @@ def test_a_lost_catalog_fails_writes_clearly_and_reads_say_they_are_cached(
         assert r.status_code == 200, r.text  # the cached index still answers
         body = r.json()
         assert "fact number 3" in r.text
-        assert body["stale"] and "catalog" in body["stale"]
+        assert body["stale"]
+        assert "catalog" in body["stale"]
         proxy.up()
         deadline = time.monotonic() + 30
         while True:  # writes work again once the catalog is back

@@ -406,12 +406,24 @@ class Engine(ManagementMixin):
     def export_user(self, user_id: str, path: str | Path, *, format: str = "json") -> Path:
         """Write every session of the user to ``path``: one JSON file, or with
         ``format="parquet"`` a folder of session exports (one folder per session, each one
-        :meth:`import_session` reads). Unknown user: :class:`NotFoundError`."""
-        return export.export_user(self.store, user_id, self.user_sessions(user_id), path, format)
+        :meth:`import_session` reads) with the user's store items in ``store_items.parquet``.
+        Unknown user: :class:`NotFoundError`."""
+        return export.export_user(self.store, user_id, self._user_or_items(user_id), path, format)
 
     def user_document(self, user_id: str) -> dict[str, Any]:
-        """The JSON export of a user as a dict (what :meth:`export_user` writes)."""
-        return export.user_document(self.store, user_id, self.user_sessions(user_id))
+        """The JSON export of a user as a dict (what :meth:`export_user` writes), with the
+        user's store items (``items``)."""
+        return export.user_document(self.store, user_id, self._user_or_items(user_id))
+
+    def _user_or_items(self, user_id: str) -> list[str]:
+        """:meth:`user_sessions`, or no sessions for a user who has only store items (namespace
+        ``("users", user_id, ...)``); :class:`NotFoundError` for a user with neither."""
+        try:
+            return self.user_sessions(user_id)
+        except NotFoundError:
+            if not owns_items(self.store, pins.user_owner(validate_user_id(user_id))):
+                raise
+            return []
 
     def pin_user(self, user_id: str, text: str) -> int:
         """Keep ``text`` in every context of every session of the user (with the session's own
@@ -438,13 +450,8 @@ class Engine(ManagementMixin):
         unknown user raises :class:`NotFoundError` and changes nothing. The user's store items
         (namespace ``("users", user_id, ...)``, :attr:`items`) go too, also for a user who has
         only those."""
-        owner = pins.user_owner(validate_user_id(user_id))
-        try:
-            sessions = self.user_sessions(user_id)
-        except NotFoundError:
-            if not owns_items(self.store, owner):
-                raise
-            sessions = []
+        sessions = self._user_or_items(user_id)
+        owner = pins.user_owner(user_id)
         try:  # the user's pins and items go with the sessions (stored under the user's owner)
             return deletion.delete_sessions(self.store, [*sessions, owner])
         finally:

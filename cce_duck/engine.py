@@ -14,6 +14,7 @@ import polars as pl
 
 from cce_duck import clock, deletion, erasure, export, pins
 from cce_duck.allocator import tune_allocator
+from cce_duck.changefeed import Changes
 from cce_duck.config import Config
 from cce_duck.context import (
     SEARCH_SCHEMA,
@@ -22,6 +23,7 @@ from cce_duck.context import (
     build_user_context,
     retrieve,
 )
+from cce_duck.coordinator import Coordinator
 from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
 from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache, SessionIndex
@@ -80,6 +82,10 @@ class Engine(ManagementMixin):
         #: user -> (store generation, its sessions in time order), for user contexts
         self._user_sessions: dict[str, tuple[int, tuple[str, ...]]] = {}
         try:
+            lake = self.store.lake
+            if lake is not None and lake.shared:
+                self.store.coordinator = Coordinator(lake.catalog, str(lake.data_path))
+                self.store.coordinator.on_changes = self._foreign
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
             self.writer.on_flush = self._flushed
@@ -97,6 +103,16 @@ class Engine(ManagementMixin):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _foreign(self, changes: Changes) -> None:
+        """Other processes committed ``changes``: drop what is cached of those sessions."""
+        before = self.store.generation
+        self.store.generation += 1
+        if changes.everything:
+            self.writer.forget_sessions(None)
+        else:
+            self.writer.forget_sessions(changes.sessions)
+            self.index.advance(before, self.store.generation, changes.sessions)
+
     def close(self) -> None:
         """Store what is journaled, checkpoint and close the file."""
         if self._closed:
@@ -111,6 +127,8 @@ class Engine(ManagementMixin):
             pass  # what could not be stored stays in the journal: the next open stores it
         finally:
             self.writer.close()
+            if self.store.coordinator is not None:
+                self.store.coordinator.close()
             self.store.close()
 
     def flush(self) -> None:
@@ -328,11 +346,16 @@ class Engine(ManagementMixin):
                 explain: bool = False) -> ContextPayload:
         """The token-capped context a model should receive before answering ``query``."""
         sid = validate_session_id(session_id)
+        coord = self.store.coordinator
+        if coord is not None:
+            coord.refresh()
         index = None if self.store.read_only else self._flush_for_context(sid)
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
         with self.store.reading():
             payload = build_context(self.store, self.config, req, explain=explain,
                                     cache=self.index, index=index)
+        if coord is not None and coord.stale is not None:
+            payload.stale = f"served from this process's cache: {coord.stale}"
         refine_explain(payload, Window(req.since, req.until, req.last_turns))
         self._record_context(payload)
         if not self.store.read_only:
@@ -383,12 +406,24 @@ class Engine(ManagementMixin):
     def export_user(self, user_id: str, path: str | Path, *, format: str = "json") -> Path:
         """Write every session of the user to ``path``: one JSON file, or with
         ``format="parquet"`` a folder of session exports (one folder per session, each one
-        :meth:`import_session` reads). Unknown user: :class:`NotFoundError`."""
-        return export.export_user(self.store, user_id, self.user_sessions(user_id), path, format)
+        :meth:`import_session` reads) with the user's store items in ``store_items.parquet``.
+        Unknown user: :class:`NotFoundError`."""
+        return export.export_user(self.store, user_id, self._user_or_items(user_id), path, format)
 
     def user_document(self, user_id: str) -> dict[str, Any]:
-        """The JSON export of a user as a dict (what :meth:`export_user` writes)."""
-        return export.user_document(self.store, user_id, self.user_sessions(user_id))
+        """The JSON export of a user as a dict (what :meth:`export_user` writes), with the
+        user's store items (``items``)."""
+        return export.user_document(self.store, user_id, self._user_or_items(user_id))
+
+    def _user_or_items(self, user_id: str) -> list[str]:
+        """:meth:`user_sessions`, or no sessions for a user who has only store items (namespace
+        ``("users", user_id, ...)``); :class:`NotFoundError` for a user with neither."""
+        try:
+            return self.user_sessions(user_id)
+        except NotFoundError:
+            if not owns_items(self.store, pins.user_owner(validate_user_id(user_id))):
+                raise
+            return []
 
     def pin_user(self, user_id: str, text: str) -> int:
         """Keep ``text`` in every context of every session of the user (with the session's own
@@ -415,13 +450,8 @@ class Engine(ManagementMixin):
         unknown user raises :class:`NotFoundError` and changes nothing. The user's store items
         (namespace ``("users", user_id, ...)``, :attr:`items`) go too, also for a user who has
         only those."""
-        owner = pins.user_owner(validate_user_id(user_id))
-        try:
-            sessions = self.user_sessions(user_id)
-        except NotFoundError:
-            if not owns_items(self.store, owner):
-                raise
-            sessions = []
+        sessions = self._user_or_items(user_id)
+        owner = pins.user_owner(user_id)
         try:  # the user's pins and items go with the sessions (stored under the user's owner)
             return deletion.delete_sessions(self.store, [*sessions, owner])
         finally:

@@ -14,6 +14,7 @@ import polars as pl
 
 from cce_duck import clock, deletion, erasure, export, pins
 from cce_duck.allocator import tune_allocator
+from cce_duck.changefeed import Changes
 from cce_duck.config import Config
 from cce_duck.context import (
     SEARCH_SCHEMA,
@@ -24,6 +25,7 @@ from cce_duck.context import (
     retrieve,
     retrieve_user,
 )
+from cce_duck.coordinator import Coordinator
 from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
 from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache, SessionIndex
@@ -82,6 +84,10 @@ class Engine(ManagementMixin):
         #: user -> (store generation, its sessions in time order), for user contexts
         self._user_sessions: dict[str, tuple[int, tuple[str, ...]]] = {}
         try:
+            lake = self.store.lake
+            if lake is not None and lake.shared:
+                self.store.coordinator = Coordinator(lake.catalog, str(lake.data_path))
+                self.store.coordinator.on_changes = self._foreign
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
             self.writer.on_flush = self._flushed
@@ -99,6 +105,16 @@ class Engine(ManagementMixin):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _foreign(self, changes: Changes) -> None:
+        """Other processes committed ``changes``: drop what is cached of those sessions."""
+        before = self.store.generation
+        self.store.generation += 1
+        if changes.everything:
+            self.writer.forget_sessions(None)
+        else:
+            self.writer.forget_sessions(changes.sessions)
+            self.index.advance(before, self.store.generation, changes.sessions)
+
     def close(self) -> None:
         """Store what is journaled, checkpoint and close the file."""
         if self._closed:
@@ -113,6 +129,8 @@ class Engine(ManagementMixin):
             pass  # what could not be stored stays in the journal: the next open stores it
         finally:
             self.writer.close()
+            if self.store.coordinator is not None:
+                self.store.coordinator.close()
             self.store.close()
 
     def flush(self) -> None:
@@ -330,11 +348,16 @@ class Engine(ManagementMixin):
                 explain: bool = False) -> ContextPayload:
         """The token-capped context a model should receive before answering ``query``."""
         sid = validate_session_id(session_id)
+        coord = self.store.coordinator
+        if coord is not None:
+            coord.refresh()
         index = None if self.store.read_only else self._flush_for_context(sid)
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
         with self.store.reading():
             payload = build_context(self.store, self.config, req, explain=explain,
                                     cache=self.index, index=index)
+        if coord is not None and coord.stale is not None:
+            payload.stale = f"served from this process's cache: {coord.stale}"
         refine_explain(payload, Window(req.since, req.until, req.last_turns))
         self._record_context(payload)
         if not self.store.read_only:

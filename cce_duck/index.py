@@ -718,9 +718,9 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
                               recency_weight=recency_weight, rrf_k=rrf_k, asks=j.asks[cand],
                               n_terms=j.n_terms[cand], other=other[cand])
     out = []
-    for r, i in enumerate(ranked.order):
-        g = int(cand[i])
-        which = int(np.searchsorted(j.starts, g, side="right")) - 1
+    hits = cand[ranked.order]
+    part_of = (np.searchsorted(j.starts, hits, side="right") - 1).tolist()
+    for r, (g, which) in enumerate(zip(hits.tolist(), part_of, strict=True)):
         sid, idx = parts[which]
         row = g - int(j.starts[which])
         nid = int(idx.note_id[row])

@@ -33,8 +33,8 @@ from cce_duck.text import cached_terms, estimate_tokens, outside_spans, query_te
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
-__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "build_user_context",
-           "is_overview_question", "rerank", "retrieve"]
+__all__ = ["SEARCH_SCHEMA", "USER_SEARCH_SCHEMA", "ContextRequest", "build_context",
+           "build_user_context", "is_overview_question", "rerank", "retrieve", "retrieve_user"]
 
 _OVERVIEW = re.compile(
     r"\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
@@ -112,23 +112,28 @@ def _index(store: Store, sid: str, cache: IndexCache | None) -> SessionIndex:
     write can have changed is used without asking the store. Raises :class:`NotFoundError`."""
     index = cache.current(store, sid) if cache is not None else None
     if index is None:
-        state = store.q("session_state", {"sid": sid}).fetchone()
-        if state is None:
+        def state() -> tuple[Any, ...] | None:
+            row = store.q("session_state", {"sid": sid}).fetchone()
+            return None if row is None else (row[1], int(row[0]))
+
+        index = (cache or IndexCache(0)).load(store, sid, state)
+        if index is None:
             raise NotFoundError(f"unknown session {sid!r}")
-        index = (cache or IndexCache(0)).get(store, sid, (state[1], int(state[0])))
     return index
 
 
 def build_context(store: Store, config: Config, req: ContextRequest, explain: bool = False,
-                  cache: IndexCache | None = None) -> ContextPayload:
+                  cache: IndexCache | None = None, index: SessionIndex | None = None
+                  ) -> ContextPayload:
     """Assemble the context for ``req`` (see the module docstring for the order).
 
-    ``cache`` keeps sessions' retrieval indexes between calls (a throwaway one is used without).
-    Raises :class:`NotFoundError` for an unknown session.
+    ``cache`` keeps sessions' retrieval indexes between calls (a throwaway one is used without);
+    ``index``: the session's index to use (one extended with journaled rows). Raises
+    :class:`NotFoundError` for an unknown session.
     """
     sid = req.session_id
     budget = _Budget(req.max_tokens)
-    index = _index(store, sid, cache)
+    index = index if index is not None else _index(store, sid, cache)
     next_turn = int(index.key[1])
     first = next_turn - req.last_turns if req.last_turns else None
 
@@ -264,6 +269,7 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     session as one conversation (:func:`cce_duck.index.retrieve_across`), each under the date
     and the session it was said in. The cap is never exceeded."""
     budget = _Budget(req.max_tokens)
+    chats = {s: n for n, s in enumerate(sessions, 1)}
     joining = cache is not None and cache.join_users
     if cache is not None and joining:
         parts = list(zip(sessions, cache.many(store, sessions), strict=True))
@@ -281,7 +287,13 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         verbatim = _recent(config, own, req, budget, False, next_turn, first)
         if verbatim:
             before[req.session_id] = verbatim[0].turn_no
-    full = sum(history_tokens(idx) for _, idx in parts)
+    joined = cache.joined(parts) if cache is not None and joining else None
+    if joined is not None:  # what sending all of the user's history costs, once per join
+        full = joined.memo.get("full_tokens", -1)
+        if full < 0:
+            full = joined.memo["full_tokens"] = sum(history_tokens(idx) for _, idx in parts)
+    else:
+        full = sum(history_tokens(idx) for _, idx in parts)
     pins_cost = pin_tokens(own.pins if own is not None else user_pins or [])
     hits: list[dict[str, Any]] = []
     chosen: list[dict[str, Any]] = []
@@ -291,12 +303,12 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         hits = retrieve_across(parts, qv, req.query, k=HITS_PER_NOTE * req.top_k,
                                since=req.since, until=req.until, before=before,
                                recency_weight=config.recency_weight, rrf_k=config.rrf_k,
-                               joined=cache.joined(parts) if cache is not None and joining
-                               else None)
+                               joined=joined)
         first_index = parts[0][1] if parts else None
         if first_index is not None:
             chosen, dropped, _ = _quotes(store, req.session_id, req, hits, first_index, budget,
-                                         bool(pins), memory_overhead, indexes=dict(parts))
+                                         bool(pins), memory_overhead, indexes=dict(parts),
+                                         chats=chats)
     payload = ContextPayload(
         session_id=req.session_id, query=req.query, max_tokens=req.max_tokens,
         memory=_render_memory(pins, chosen, False, True), turns=verbatim, notes=chosen,
@@ -307,7 +319,8 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         payload.explain = {
             "budget": {"max_tokens": req.max_tokens, "used": payload.tokens, **budget.split},
             "overview": False,
-            "sessions": [{"session_id": s, "hits": sum(1 for h in hits if h["session_id"] == s),
+            "sessions": [{"session_id": s, "chat": chats[s],
+                          "hits": sum(1 for h in hits if h["session_id"] == s),
                           "quotes": quoted.get(s, 0)} for s in sessions],
             "hits": [{k: v for k, v in h.items() if k not in ("ts", "row")} for h in hits],
             "chosen": [{"session_id": n["session_id"], "note_id": n["note_id"], "quotes": [
@@ -342,6 +355,25 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
             for h in hits]
 
 
+#: Columns of a search across a user's sessions: the session, :data:`SEARCH_SCHEMA`, and the
+#: conversation ``score`` the hits are ordered by.
+USER_SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "session_id": pl.String, **SEARCH_SCHEMA, "score": pl.Float64}
+
+
+def retrieve_user(store: Store, config: Config, sessions: list[str], query: str, *, k: int,
+                  cache: IndexCache | None = None) -> list[dict[str, Any]]:
+    """Hits across ``sessions`` (a user's, in time order) with their text, best first: the
+    ranking a user context is built from (:func:`cce_duck.index.retrieve_across`), the columns
+    of :data:`USER_SEARCH_SCHEMA`."""
+    parts = [(s, _index(store, s, cache)) for s in sessions]
+    hits = retrieve_across(parts, store.embedder.embed([query], "query")[0], query, k=k,
+                           recency_weight=config.recency_weight, rrf_k=config.rrf_k)
+    indexes = dict(parts)
+    return [{**{c: h.get(c) for c in USER_SEARCH_SCHEMA},
+             "content": indexes[h["session_id"]].content[h["row"]]} for h in hits]
+
+
 def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None]
            ) -> list[dict[str, Any]]:
     """Hits (with ``turn_no``, ``fused``, ``asks``, ``speaker``, ``n_terms``) in conversation
@@ -366,19 +398,22 @@ def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None
     return out
 
 
-def _day_header(ts: datetime, session_id: str | None = None) -> str:
-    """The date line quotes of one day are shown under (and their session's, across sessions)."""
-    return f"[{ts:%Y-%m-%d}]" if session_id is None else f"[{ts:%Y-%m-%d} · session {session_id}]"
+def _day_header(ts: datetime, chat: int | None = None) -> str:
+    """The date line quotes of one day are shown under; across a user's sessions, with the
+    session's place among them (``chat 3``: the user's third session in time order). Its id
+    is in the payload's notes and the explain form, not in the tokens a model pays for: an id
+    such as a UUID would cost 20 tokens or more on every date line, a place 2."""
+    return f"[{ts:%Y-%m-%d}]" if chat is None else f"[{ts:%Y-%m-%d} · chat {chat}]"
 
 
 DAY_HEADER_TOKENS = estimate_tokens(_day_header(datetime(2000, 1, 1)))  # the same for every day
 
 
 @lru_cache(maxsize=8192)
-def _session_day_tokens(day: date, session_id: str) -> int:
+def _session_day_tokens(day: date, chat: int) -> int:
     """Tokens of the date line of a session's quotes of ``day`` (memoised: a user context
     prices one for most of its hits)."""
-    return estimate_tokens(_day_header(datetime(day.year, day.month, day.day), session_id))
+    return estimate_tokens(_day_header(datetime(day.year, day.month, day.day), chat))
 
 
 def _note_header(n: dict[str, Any]) -> str:
@@ -422,11 +457,12 @@ def _leaves_out_words(content: str, spans: list[tuple[int, int]]) -> bool:
 
 def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, Any]],
             index: SessionIndex, budget: _Budget, memory_paid: bool, memory_overhead: int,
-            indexes: dict[str, SessionIndex] | None = None
+            indexes: dict[str, SessionIndex] | None = None, chats: dict[str, int] | None = None
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
     """Quotes of ``hits`` grouped by note, in budget order. With ``indexes`` (hits of
     :func:`cce_duck.index.retrieve_across`) each hit is read from its session's index and the
-    quotes are shown under their session as well as their date."""
+    quotes are shown under their session (its place in ``chats``) as well as their date."""
+    chats = chats or {}
     if not hits:
         return [], [], memory_paid
     groups: dict[Any, dict[str, Any]] = {}
@@ -457,7 +493,6 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             memo = _quote_text(row, h, index)
             index.remember_quote((r, h["best_sentence"]), *memo)
         text, text_tokens = memo
-        line = f"{who}: {text}"
         cost = who_tokens[who] + text_tokens + 1  # the estimate is additive over these pieces
         if group is None:
             if h["note_id"] is not None:
@@ -471,7 +506,7 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
         day = h["ts"].date() if indexes is None else (h["ts"].date(), h["session_id"])
         if day not in days:  # quotes are shown under one date line per day (and session)
             cost += 1 + (DAY_HEADER_TOKENS if indexes is None else _session_day_tokens(
-                h["ts"].date(), h["session_id"]))
+                h["ts"].date(), chats.get(h["session_id"], 0)))
         elif len(group["quotes"]) >= QUOTES_PER_NOTE:
             dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
                             "reason": "quotes_per_note", "fused": h["fused"]})
@@ -488,9 +523,10 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
         days.add(day)
         groups[key] = group
         quote = {**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")},
-                 "speaker": who, "text": text, "line": line, "ts": h["ts"]}
+                 "speaker": who, "text": text, "line": f"{who}: {text}", "ts": h["ts"]}
         if indexes is not None:
-            quote.update(session_id=h["session_id"], pos=h["pos"])
+            quote.update(session_id=h["session_id"], pos=h["pos"],
+                         chat=chats.get(h["session_id"], 0))
         group["quotes"].append(quote)
     order = "turn_no" if indexes is None else "pos"
     for g in groups.values():
@@ -502,7 +538,8 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
 
 def _overview(store: Store, sid: str, budget: _Budget, memory_paid: bool, memory_overhead: int
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
-    notes = store.con.execute("SELECT * FROM cce_overview(?)", [sid]).to_arrow_table().to_pylist()
+    notes = store.connection.execute("SELECT * FROM cce_overview(?)", [sid]).to_arrow_table(
+        ).to_pylist()
     if not notes:
         return [], [], memory_paid
     lines = [f"{_note_header(n)} {n['summary'].splitlines()[0] if n['summary'] else ''}"
@@ -548,6 +585,6 @@ def _render_memory(pins: list[str], notes: list[dict[str, Any]], overview: bool,
         at = (q["ts"].date(), q.get("session_id"))
         if at != day:
             day = at
-            out.append(_day_header(q["ts"], q.get("session_id")))
+            out.append(_day_header(q["ts"], q.get("chat")))
         out.append(q["line"])
     return "\n".join(out)

@@ -26,7 +26,7 @@ from cce_duck.history import (
     verbatim_explain,
     window_rows,
 )
-from cce_duck.index import IndexCache, SessionIndex, retrieve_across
+from cce_duck.index import IndexCache, JoinedIndex, SessionIndex, retrieve_across
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, outside_spans, query_terms
@@ -259,6 +259,16 @@ def _trim(payload: ContextPayload, pins: list[str], cap: int, overview: bool,
         payload.memory = _render_memory(pins, payload.notes, overview, scoped)
 
 
+def _user_parts(store: Store, sessions: list[str], cache: IndexCache | None
+                ) -> tuple[list[tuple[str, SessionIndex]], JoinedIndex | None]:
+    """The indexes of a user's ``sessions`` and, when the cache joins users, their joined index
+    (loaded together)."""
+    if cache is not None and cache.join_users:
+        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
+        return parts, cache.joined(parts)
+    return [(s, _index(store, s, cache)) for s in sessions], None
+
+
 def build_user_context(store: Store, config: Config, req: ContextRequest,
                        sessions: list[str], *, cache: IndexCache | None = None,
                        explain: bool = False, user_pins: list[str] | None = None
@@ -270,11 +280,7 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     and the session it was said in. The cap is never exceeded."""
     budget = _Budget(req.max_tokens)
     chats = {s: n for n, s in enumerate(sessions, 1)}
-    joining = cache is not None and cache.join_users
-    if cache is not None and joining:
-        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
-    else:
-        parts = [(s, _index(store, s, cache)) for s in sessions]
+    parts, joined = _user_parts(store, sessions, cache)
     own = dict(parts).get(req.session_id)
     memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(USER_MEMORY_HEADER) + 1
     pins = [] if own is not None else _pins(user_pins or [], req, budget, memory_overhead)
@@ -287,7 +293,6 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         verbatim = _recent(config, own, req, budget, False, next_turn, first)
         if verbatim:
             before[req.session_id] = verbatim[0].turn_no
-    joined = cache.joined(parts) if cache is not None and joining else None
     if joined is not None:  # what sending all of the user's history costs, once per join
         full = joined.memo.get("full_tokens", -1)
         if full < 0:
@@ -366,9 +371,10 @@ def retrieve_user(store: Store, config: Config, sessions: list[str], query: str,
     """Hits across ``sessions`` (a user's, in time order) with their text, best first: the
     ranking a user context is built from (:func:`cce_duck.index.retrieve_across`), the columns
     of :data:`USER_SEARCH_SCHEMA`."""
-    parts = [(s, _index(store, s, cache)) for s in sessions]
+    parts, joined = _user_parts(store, sessions, cache)
     hits = retrieve_across(parts, store.embedder.embed([query], "query")[0], query, k=k,
-                           recency_weight=config.recency_weight, rrf_k=config.rrf_k)
+                           recency_weight=config.recency_weight, rrf_k=config.rrf_k,
+                           joined=joined)
     indexes = dict(parts)
     return [{**{c: h.get(c) for c in USER_SEARCH_SCHEMA},
              "content": indexes[h["session_id"]].content[h["row"]]} for h in hits]

@@ -502,7 +502,8 @@ class Engine(ManagementMixin):
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
             raise ValidationError("k must be a positive integer")
         query = query.encode("utf-8", "replace").decode("utf-8")
-        hits = retrieve_user(self.store, self.config, sessions, query, k=k, cache=self.index)
+        with self.store.reading():
+            hits = retrieve_user(self.store, self.config, sessions, query, k=k, cache=self.index)
         return pl.DataFrame(hits, schema=USER_SEARCH_SCHEMA, orient="row") if hits else \
             pl.DataFrame(schema=USER_SEARCH_SCHEMA)
 

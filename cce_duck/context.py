@@ -499,7 +499,6 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             memo = _quote_text(row, h, index)
             index.remember_quote((r, h["best_sentence"]), *memo)
         text, text_tokens = memo
-        line = f"{who}: {text}"
         cost = who_tokens[who] + text_tokens + 1  # the estimate is additive over these pieces
         if group is None:
             if h["note_id"] is not None:
@@ -530,7 +529,7 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
         days.add(day)
         groups[key] = group
         quote = {**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")},
-                 "speaker": who, "text": text, "line": line, "ts": h["ts"]}
+                 "speaker": who, "text": text, "line": f"{who}: {text}", "ts": h["ts"]}
         if indexes is not None:
             quote.update(session_id=h["session_id"], pos=h["pos"],
                          chat=chats.get(h["session_id"], 0))

@@ -26,15 +26,15 @@ from cce_duck.history import (
     verbatim_explain,
     window_rows,
 )
-from cce_duck.index import IndexCache, SessionIndex, retrieve_across
+from cce_duck.index import IndexCache, JoinedIndex, SessionIndex, retrieve_across
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, outside_spans, query_terms
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
-__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "build_user_context",
-           "is_overview_question", "rerank", "retrieve"]
+__all__ = ["SEARCH_SCHEMA", "USER_SEARCH_SCHEMA", "ContextRequest", "build_context",
+           "build_user_context", "is_overview_question", "rerank", "retrieve", "retrieve_user"]
 
 _OVERVIEW = re.compile(
     r"\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
@@ -112,23 +112,28 @@ def _index(store: Store, sid: str, cache: IndexCache | None) -> SessionIndex:
     write can have changed is used without asking the store. Raises :class:`NotFoundError`."""
     index = cache.current(store, sid) if cache is not None else None
     if index is None:
-        state = store.q("session_state", {"sid": sid}).fetchone()
-        if state is None:
+        def state() -> tuple[Any, ...] | None:
+            row = store.q("session_state", {"sid": sid}).fetchone()
+            return None if row is None else (row[1], int(row[0]))
+
+        index = (cache or IndexCache(0)).load(store, sid, state)
+        if index is None:
             raise NotFoundError(f"unknown session {sid!r}")
-        index = (cache or IndexCache(0)).get(store, sid, (state[1], int(state[0])))
     return index
 
 
 def build_context(store: Store, config: Config, req: ContextRequest, explain: bool = False,
-                  cache: IndexCache | None = None) -> ContextPayload:
+                  cache: IndexCache | None = None, index: SessionIndex | None = None
+                  ) -> ContextPayload:
     """Assemble the context for ``req`` (see the module docstring for the order).
 
-    ``cache`` keeps sessions' retrieval indexes between calls (a throwaway one is used without).
-    Raises :class:`NotFoundError` for an unknown session.
+    ``cache`` keeps sessions' retrieval indexes between calls (a throwaway one is used without);
+    ``index``: the session's index to use (one extended with journaled rows). Raises
+    :class:`NotFoundError` for an unknown session.
     """
     sid = req.session_id
     budget = _Budget(req.max_tokens)
-    index = _index(store, sid, cache)
+    index = index if index is not None else _index(store, sid, cache)
     next_turn = int(index.key[1])
     first = next_turn - req.last_turns if req.last_turns else None
 
@@ -254,6 +259,16 @@ def _trim(payload: ContextPayload, pins: list[str], cap: int, overview: bool,
         payload.memory = _render_memory(pins, payload.notes, overview, scoped)
 
 
+def _user_parts(store: Store, sessions: list[str], cache: IndexCache | None
+                ) -> tuple[list[tuple[str, SessionIndex]], JoinedIndex | None]:
+    """The indexes of a user's ``sessions`` and, when the cache joins users, their joined index
+    (loaded together)."""
+    if cache is not None and cache.join_users:
+        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
+        return parts, cache.joined(parts)
+    return [(s, _index(store, s, cache)) for s in sessions], None
+
+
 def build_user_context(store: Store, config: Config, req: ContextRequest,
                        sessions: list[str], *, cache: IndexCache | None = None,
                        explain: bool = False, user_pins: list[str] | None = None
@@ -265,11 +280,7 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     and the session it was said in. The cap is never exceeded."""
     budget = _Budget(req.max_tokens)
     chats = {s: n for n, s in enumerate(sessions, 1)}
-    joining = cache is not None and cache.join_users
-    if cache is not None and joining:
-        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
-    else:
-        parts = [(s, _index(store, s, cache)) for s in sessions]
+    parts, joined = _user_parts(store, sessions, cache)
     own = dict(parts).get(req.session_id)
     memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(USER_MEMORY_HEADER) + 1
     pins = [] if own is not None else _pins(user_pins or [], req, budget, memory_overhead)
@@ -282,7 +293,12 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         verbatim = _recent(config, own, req, budget, False, next_turn, first)
         if verbatim:
             before[req.session_id] = verbatim[0].turn_no
-    full = sum(history_tokens(idx) for _, idx in parts)
+    if joined is not None:  # what sending all of the user's history costs, once per join
+        full = joined.memo.get("full_tokens", -1)
+        if full < 0:
+            full = joined.memo["full_tokens"] = sum(history_tokens(idx) for _, idx in parts)
+    else:
+        full = sum(history_tokens(idx) for _, idx in parts)
     pins_cost = pin_tokens(own.pins if own is not None else user_pins or [])
     hits: list[dict[str, Any]] = []
     chosen: list[dict[str, Any]] = []
@@ -292,8 +308,7 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         hits = retrieve_across(parts, qv, req.query, k=HITS_PER_NOTE * req.top_k,
                                since=req.since, until=req.until, before=before,
                                recency_weight=config.recency_weight, rrf_k=config.rrf_k,
-                               joined=cache.joined(parts) if cache is not None and joining
-                               else None)
+                               joined=joined)
         first_index = parts[0][1] if parts else None
         if first_index is not None:
             chosen, dropped, _ = _quotes(store, req.session_id, req, hits, first_index, budget,
@@ -343,6 +358,26 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
         return []
     return [{**{c: h.get(c) for c in SEARCH_SCHEMA}, "content": index.content[h["row"]]}
             for h in hits]
+
+
+#: Columns of a search across a user's sessions: the session, :data:`SEARCH_SCHEMA`, and the
+#: conversation ``score`` the hits are ordered by.
+USER_SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "session_id": pl.String, **SEARCH_SCHEMA, "score": pl.Float64}
+
+
+def retrieve_user(store: Store, config: Config, sessions: list[str], query: str, *, k: int,
+                  cache: IndexCache | None = None) -> list[dict[str, Any]]:
+    """Hits across ``sessions`` (a user's, in time order) with their text, best first: the
+    ranking a user context is built from (:func:`cce_duck.index.retrieve_across`), the columns
+    of :data:`USER_SEARCH_SCHEMA`."""
+    parts, joined = _user_parts(store, sessions, cache)
+    hits = retrieve_across(parts, store.embedder.embed([query], "query")[0], query, k=k,
+                           recency_weight=config.recency_weight, rrf_k=config.rrf_k,
+                           joined=joined)
+    indexes = dict(parts)
+    return [{**{c: h.get(c) for c in USER_SEARCH_SCHEMA},
+             "content": indexes[h["session_id"]].content[h["row"]]} for h in hits]
 
 
 def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None]
@@ -464,7 +499,6 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             memo = _quote_text(row, h, index)
             index.remember_quote((r, h["best_sentence"]), *memo)
         text, text_tokens = memo
-        line = f"{who}: {text}"
         cost = who_tokens[who] + text_tokens + 1  # the estimate is additive over these pieces
         if group is None:
             if h["note_id"] is not None:
@@ -495,7 +529,7 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
         days.add(day)
         groups[key] = group
         quote = {**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")},
-                 "speaker": who, "text": text, "line": line, "ts": h["ts"]}
+                 "speaker": who, "text": text, "line": f"{who}: {text}", "ts": h["ts"]}
         if indexes is not None:
             quote.update(session_id=h["session_id"], pos=h["pos"],
                          chat=chats.get(h["session_id"], 0))
@@ -510,7 +544,8 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
 
 def _overview(store: Store, sid: str, budget: _Budget, memory_paid: bool, memory_overhead: int
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
-    notes = store.con.execute("SELECT * FROM cce_overview(?)", [sid]).to_arrow_table().to_pylist()
+    notes = store.connection.execute("SELECT * FROM cce_overview(?)", [sid]).to_arrow_table(
+        ).to_pylist()
     if not notes:
         return [], [], memory_paid
     lines = [f"{_note_header(n)} {n['summary'].splitlines()[0] if n['summary'] else ''}"

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from conftest import TOPICS, topic_messages
 
-from cce_duck import Engine
+from cce_duck import Engine, ranking
 from cce_duck.index import IndexCache
 
 QUESTIONS = ["How much do the piano lessons cost?", "Who brings the barbecue grill?",
@@ -119,3 +119,74 @@ def test_a_user_larger_than_the_cache_is_kept_whole(tmp_path: Path) -> None:
         eng.context("bob-0", "piano?")  # another session: the user's sessions stay
         assert eng.index.loads == loads + 1
         assert all(eng.index.current(eng.store, s) is not None for s in sids)
+
+
+def _plain_rank(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.ndarray,
+                k: int, asks: np.ndarray, other: np.ndarray, n_terms: np.ndarray
+                ) -> tuple[list[int], list[float], list[float]]:
+    """ranking.rank as first written: every candidate ranked by both keys (np.lexsort)."""
+    s = ranking.spec()
+
+    def ranks(score: np.ndarray) -> np.ndarray:
+        out = np.empty(len(score))
+        out[np.lexsort((-turn_no, -score))] = np.arange(1, len(score) + 1)
+        return out
+
+    fused = (1.0 / (s.rrf_k + ranks(dense + s.recency_weight * recency))
+             + np.where(bm25 > 0, 1.0 / (s.rrf_k + ranks(bm25)), 0.0))
+    order = np.lexsort((-turn_no, -fused))[:k]
+    nxt = order[(order + 1 < len(turn_no)) & asks[order]] + 1
+    nxt = nxt[turn_no[nxt] == turn_no[nxt - 1] + 1]
+    order = np.concatenate([order, np.setdiff1d(nxt, order)])
+    score = ranking.conversation_scores(fused[order], turn_no[order], asks[order],
+                                        other[order], n_terms[order].astype(np.float64))
+    final = np.lexsort((-turn_no[order], -score))
+    return order[final].tolist(), fused[order][final].tolist(), score[final].tolist()
+
+
+def test_rank_is_the_full_sort_by_both_keys() -> None:
+    """ranking.rank (one sort, ties by turn; the best k by partition) gives what sorting every
+    candidate by both keys gives: same hits, fused and conversation scores, with many ties."""
+    rng = np.random.default_rng(7)
+    for n, coarse, k in [(20_000, 0, 48), (30_000, 200, 48), (9_000, 20, 300),
+                         (50_000, 5, 12), (40, 3, 48), (1_000, 1, 48)]:
+        dense = rng.normal(size=n)
+        if coarse:  # many equal scores
+            dense = np.round(dense * coarse) / coarse
+        bm25 = np.where(rng.random(n) < 0.2, np.round(rng.random(n) * 50, 1), 0.0)
+        turn_no = np.cumsum(rng.integers(1, 3, n))
+        recency = (turn_no + 1.0) / (turn_no[-1] + 1)
+        asks = rng.random(n) < 0.3
+        other = rng.random(n) < 0.5
+        n_terms = rng.integers(1, 40, n)
+        got = ranking.rank(dense, bm25, recency, turn_no, k=k, asks=asks, other=other,
+                           n_terms=n_terms)
+        assert got.score is not None
+        assert (got.order.tolist(), got.fused.tolist(), got.score.tolist()) == _plain_rank(
+            dense, bm25, recency, turn_no, k, asks, other, n_terms)
+
+
+def test_dense_scores_grouped_and_not() -> None:
+    """The per-turn reduction gives what the unordered form gives (best sentence: the first
+    reaching its turn's best score)."""
+    rng = np.random.default_rng(3)
+    n = 500
+    m_raw = rng.integers(-40, 40, n).astype(np.float64)
+    s_row = np.sort(rng.integers(0, n, 1200))
+    s_no = np.concatenate([np.arange(c) for c in np.bincount(s_row, minlength=n) if c])
+    s_raw = rng.integers(-40, 40, len(s_row)).astype(np.float64)  # ties within a turn
+    dense, best = ranking.dense_scores(m_raw, s_raw, s_row, s_no)
+    shuffled = rng.permutation(len(s_row))
+    dense2, best2 = ranking.dense_scores(m_raw, s_raw[shuffled], s_row[shuffled], s_no[shuffled])
+    assert np.array_equal(dense, dense2)
+    scale = float(ranking.spec().vector_scale)
+    for r in range(n):
+        js = np.flatnonzero(s_row == r)
+        want = max([m_raw[r]] + [s_raw[j] for j in js]) / scale
+        assert dense[r] == want
+        if len(js):
+            top = max(s_raw[j] for j in js)
+            assert best[r] == s_no[js[np.argmax(s_raw[js] == top)]]
+            assert best2[r] in {s_no[j] for j in js if s_raw[j] == top}
+        else:
+            assert best[r] == -1

@@ -32,13 +32,15 @@ $(E2E): $(TEST)
 demo: $(BIN)/cce
 	$(BIN)/cce demo
 
-## The whole test suite: ruff, the fast, slow, process and browser tests (real embedding model,
+## The whole test suite: ruff, the fast, slow, process, browser and lake tests (real embedding model,
 ## wheel build, server processes, Chromium; the generated docs are checked), the end-to-end stage
 ## (`--run-e2e -m e2e`: a real model behind a local llama.cpp server), then the JavaScript
-## SDK's tests (node's test runner; the cross-language test runs this .venv).
+## SDK's tests (node's test runner; the cross-language test runs this .venv). The lake tests run
+## on a real PostgreSQL: scripts/pg.sh starts the local cluster (installing Debian's postgresql
+## where missing), sets CCE_TEST_PG_DSN and stops the cluster afterwards if it started it.
 test: $(TEST) $(E2E)
 	$(BIN)/ruff check cce_duck udfs tests benchmarks
-	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	scripts/pg.sh run $(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 	$(BIN)/python -m pytest -q --run-e2e -m e2e; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 	cd cce_sdk_js && CCE_PYTHON=$(CURDIR)/$(BIN)/python npm test
 
@@ -48,7 +50,7 @@ test: $(TEST) $(E2E)
 ## two pytest-xdist workers (one per core: 5 min 30 s instead of 7 min 10 s on the loaded machine).
 FAST := not slow and not processes and not browser
 test-fast: $(TEST)
-	CCE_PROPERTY_EXAMPLES=20 $(BIN)/python -m pytest -q -n 2 -m "$(FAST)"; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	CCE_PROPERTY_EXAMPLES=20 scripts/pg.sh run $(BIN)/python -m pytest -q -n 2 -m "$(FAST)"; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 ## Only the end-to-end stage.
 test-e2e: $(E2E)

@@ -305,8 +305,10 @@ def ask(eng: cce_duck.Engine, sid: str, conv: Conversation, qa: dict[str, Any], 
         texts = {"cce_duck": payload.to_string()}
         if user_eng is not None:  # the same question from a new, empty session of the user
             t0 = time.perf_counter()
-            texts["cce_duck_user"] = user_eng.user_context(
-                sid, question, session_id=f"{sid}-ask"[:64], max_tokens=budget).to_string()
+            user_payload = user_eng.user_context(
+                sid, question, session_id=f"{sid}-ask"[:64], max_tokens=budget,
+                explain=details is not None)
+            texts["cce_duck_user"] = user_payload.to_string()
             timing["cce_duck_user_context_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         texts.update(index.contexts(rankings, budget))
@@ -320,6 +322,9 @@ def ask(eng: cce_duck.Engine, sid: str, conv: Conversation, qa: dict[str, Any], 
         if details is not None:
             record["cce_duck"].update(context=texts["cce_duck"], explain=payload.explain,
                                       payload_tokens=payload.tokens)
+            if user_eng is not None:
+                record["cce_duck_user"].update(context=texts["cce_duck_user"],
+                                               explain=user_payload.explain)
             details.write(json.dumps({
                 "conversation": conv.sample_id, "session_id": sid, "budget": budget,
                 "category": cat, "question": question, "answer": qa.get("answer"),

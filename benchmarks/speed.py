@@ -40,6 +40,7 @@ import chat_loop
 import duckdb
 import numpy as np
 import pyarrow as pa
+import user_speed
 from locomo_data import Conversation, load
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -72,6 +73,11 @@ TARGETS: list[tuple[str, str, str, float, str, str]] = [
     ("db_mb_per_1k_msgs", "*", "<=", 2.5, "MB", "database size per 1,000 messages"),
     ("rss_mb_per_10k_notes", "*", "<=", 100, "MB", "RSS added by 10,000 notes"),
     ("peak_rss_mb", "onnx", "<", 400, "MB", "whole process peak RSS, onnx loaded"),
+    # --users: one user's sessions (benchmarks/user_speed.py)
+    ("user_20k_p95_ms", "*", "<=", 50, "ms", "user context p95 at 20k messages / 200 sessions"),
+    ("user_100k_p95_ms", "*", "<=", 150, "ms",
+     "user context p95 at 100k messages / 1,000 sessions"),
+    ("user_rss_added_mb", "*", "<=", 150, "MB", "RSS added by a 100k-message user's index"),
 ]
 
 
@@ -548,6 +554,16 @@ FIGURES: list[tuple[str, str, str]] = [  # key, label, format
     ("mem_notes", "notes stored for the RSS figure", "{:,.0f}"),
     ("rss_before_mb", "RSS before the notes, engine warm (MB)", "{:.0f}"),
     ("peak_rss_mb", "whole-process peak RSS (MB; gate for onnx)", "{:.0f}"),
+    ("user_20k_first_ms", "user context, first (cold) @20k/200 sessions (ms)", "{:.1f}"),
+    ("user_20k_p50_ms", "user context p50 @20k/200 sessions (ms)", "{:.1f}"),
+    ("user_20k_p95_ms", "user context p95 @20k/200 sessions (ms, gate)", "{:.1f}"),
+    ("user_20k_build_s", "build of the 20k user store (s)", "{:.1f}"),
+    ("user_100k_first_ms", "user context, first (cold) @100k/1,000 sessions (ms)", "{:.1f}"),
+    ("user_100k_p50_ms", "user context p50 @100k/1,000 sessions (ms)", "{:.1f}"),
+    ("user_100k_p95_ms", "user context p95 @100k/1,000 sessions (ms, gate)", "{:.1f}"),
+    ("user_100k_build_s", "build of the 100k user store (s)", "{:.1f}"),
+    ("user_rss_added_mb", "RSS added by the 100k user's index (MB, gate)", "{:.1f}"),
+    ("user_peak_rss_mb", "peak RSS of the user memory child (MB)", "{:.0f}"),
     ("duckdb_row_insert_per_s", "baseline: DuckDB 1-row INSERT (rows/s)", "{:,.0f}"),
     ("duckdb_arrow_insert_rows_per_s", "baseline: DuckDB Arrow INSERT (rows/s)", "{:,.0f}"),
     ("duckdb_top10_of_1k_p50_ms", "baseline: DuckDB top-10 of 1k vectors (ms)", "{:.2f}"),
@@ -595,7 +611,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-memory", action="store_true", help="no memory child processes")
     ap.add_argument("--only-ranking", action="store_true",
                     help="only the ranking at 1k messages, index beside macro (no gates)")
+    ap.add_argument("--users", action="store_true",
+                    help="only user-scope contexts: 20k messages / 200 sessions and 100k / 1,000 "
+                         "sessions of one user (stores built once, kept; user_speed.py)")
     ap.add_argument("--child-memory", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-user-memory", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--user-store", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--notes", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--per-session", type=int, default=1000, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -606,6 +627,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.child_memory:
         memory_child(args.data, args.child_memory, args.notes, args.per_session)
+        return 0
+    if args.child_user_memory:
+        questions = [qa["question"] for c in load(args.data) for qa in c.qa][:12]
+        result = user_speed.memory_child(args.user_store, args.child_user_memory, questions)
+        print(json.dumps({"result": result}), flush=True)
         return 0
 
     available = cce_duck.available_embedders()
@@ -646,6 +672,11 @@ def main(argv: list[str] | None = None) -> int:
         steps = Steps(progress)
         for emb in wanted:
             fig: dict[str, Any] = {"load_avg_1m_start": os.getloadavg()[0]}
+            if args.users:
+                fig.update(run_users(args.data, emb, steps, questions, args.skip_memory))
+                fig["load_avg_1m_end"] = os.getloadavg()[0]
+                results[emb] = fig
+                continue
             if args.only_ranking:
                 fig.update(ranking_only(convs, emb, steps, questions, per_session))
                 fig["load_avg_1m_end"] = os.getloadavg()[0]
@@ -682,6 +713,31 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     console.print(f"results written to {out}")
     return 0 if all(c["pass"] for c in checks) else 1
+
+
+USER_SIZES = [("20k", 200), ("100k", 1000)]  # tag, sessions of 100 messages
+
+
+def run_users(data: Path, embedder: str, steps: Steps, questions: list[str],
+              skip_memory: bool) -> dict[str, Any]:
+    """``--users``: user-scope context latency at each of :data:`USER_SIZES`, then (in a child
+    process) the resident memory added by the largest user's index."""
+    out: dict[str, Any] = {}
+    per_session = scaled(100, 10)
+    store = None
+    for tag, sessions in USER_SIZES:
+        sessions = scaled(sessions, 2)
+        with steps.step(f"{embedder}: user store {tag} ({sessions} sessions)",
+                        sessions * per_session) as advance:
+            store, built = user_speed.build_store(data, embedder, sessions, per_session, advance)
+        out[f"user_{tag}_store"] = {k: built[k] for k in ("build_s", "built_at", "reused", "how")}
+        out[f"user_{tag}_build_s"] = built["build_s"]
+        with steps.step(f"{embedder}: user contexts at {tag}", len(questions)) as advance:
+            out.update(user_speed.user_latency(store, embedder, sessions, questions, advance,
+                                               tag))
+    if not skip_memory and store is not None:
+        out.update(user_speed.memory(store, embedder))
+    return out
 
 
 def run_chat_loop(console: Console, data: Path, embedders: list[str], out: Path | None) -> int:

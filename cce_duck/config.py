@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cce_duck import ranking
 from cce_duck.errors import ValidationError
+
+if TYPE_CHECKING:
+    from cce_duck.lake import Lake
 
 __all__ = ["SUMMARISERS", "Config", "env_flag"]
 
@@ -41,6 +44,8 @@ _ENV: dict[str, str] = {
     "summariser_input_tokens": "CCE_SUMMARISER_INPUT_TOKENS",
     "summariser_timeout_s": "CCE_SUMMARISER_TIMEOUT_S",
     "export_dir": "CCE_EXPORT_DIR",
+    "catalog": "CCE_CATALOG",
+    "data_path": "CCE_DATA_PATH",
 }
 
 SUMMARISERS = ("extractive", "llm")
@@ -108,6 +113,12 @@ class Config:
         export_dir: The one folder in which an agent may have exports written (the MCP tool
             ``cce_export_session`` with a ``path``; relative paths are taken inside it).
             ``None`` (the default): that tool returns exports but writes no file.
+        catalog: A DuckLake catalog instead of a data folder (``None``, the default: the data
+            folder's DuckDB file): ``postgres:dbname=… host=… user=…`` for a lake many
+            processes share, or the path of a local ``.ducklake`` file for one process.
+            ``data_dir`` is ``None`` then. See ``docs/lake.md``.
+        data_path: Folder of a lake's Parquet files (required with a PostgreSQL catalog; for a
+            local catalog it defaults to ``<catalog>.files/``).
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -140,6 +151,8 @@ class Config:
     summariser_input_tokens: int = 1024
     summariser_timeout_s: float = 30.0
     export_dir: Path | None = None
+    catalog: str | None = field(default=None, repr=False)  # a PostgreSQL DSN may hold a password
+    data_path: Path | None = None
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
@@ -171,7 +184,13 @@ class Config:
         if not isinstance(mode, str) or mode.strip().lower() not in DURABILITY:
             raise ValidationError(f"config durability must be one of {list(DURABILITY)}, got {mode!r}")
         object.__setattr__(self, "durability", mode.strip().lower())
-        for name in ("data_dir", "export_dir"):
+        if self.catalog is not None:
+            self.lake()  # a malformed catalog is refused here
+            object.__setattr__(self, "data_dir", None)  # a lake store has no data folder
+        if self.data_path is not None and self.catalog is None:
+            raise ValidationError("config data_path is the folder of a lake's files: give "
+                                  "catalog too (CCE_CATALOG), or use data_dir for a data folder")
+        for name in ("data_dir", "export_dir", "data_path"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 object.__setattr__(self, name, Path(value))
@@ -211,6 +230,14 @@ class Config:
             values[name] = _parse(name, str(types[name]), raw, var)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+    def lake(self) -> Lake | None:
+        """The lake this config names (``None``: a data folder or in memory)."""
+        if self.catalog is None:
+            return None
+        from cce_duck.lake import Lake
+
+        return Lake.of(self.catalog, self.data_path)
 
     def with_(self, **changes: Any) -> Config:
         """A copy with some fields changed."""

@@ -8,7 +8,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -266,7 +267,12 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     the sessions of ``user_id`` instead, in time order with their summaries and topics
     (:mod:`cce_duck.overview`). The cap is never exceeded."""
     budget = _Budget(req.max_tokens)
-    parts = [(s, _index(store, s, cache)) for s in sessions]
+    chats = {s: n for n, s in enumerate(sessions, 1)}
+    joining = cache is not None and cache.join_users
+    if cache is not None and joining:
+        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
+    else:
+        parts = [(s, _index(store, s, cache)) for s in sessions]
     own = dict(parts).get(req.session_id)
     overview = is_overview_question(req.query)
     memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(USER_MEMORY_HEADER) + 1
@@ -280,7 +286,13 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         verbatim = _recent(config, own, req, budget, overview, next_turn, first)
         if verbatim:
             before[req.session_id] = verbatim[0].turn_no
-    full = sum(history_tokens(idx) for _, idx in parts)
+    joined = cache.joined(parts) if cache is not None and joining else None
+    if joined is not None:  # what sending all of the user's history costs, once per join
+        full = joined.memo.get("full_tokens", -1)
+        if full < 0:
+            full = joined.memo["full_tokens"] = sum(history_tokens(idx) for _, idx in parts)
+    else:
+        full = sum(history_tokens(idx) for _, idx in parts)
     pins_cost = pin_tokens(own.pins if own is not None else user_pins or [])
     hits: list[dict[str, Any]] = []
     chosen: list[dict[str, Any]] = []
@@ -288,16 +300,18 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     cap = min(req.max_tokens, full + pins_cost)
     if overview:
         chosen, dropped = _user_overview(store, user_id, req, budget, cap, bool(pins),
-                                         memory_overhead)
+                                         memory_overhead, chats)
     elif req.query.strip():
         qv = store.embedder.embed([req.query], "query")[0]
         hits = retrieve_across(parts, qv, req.query, k=HITS_PER_NOTE * req.top_k,
                                since=req.since, until=req.until, before=before,
-                               recency_weight=config.recency_weight, rrf_k=config.rrf_k)
+                               recency_weight=config.recency_weight, rrf_k=config.rrf_k,
+                               joined=joined)
         first_index = parts[0][1] if parts else None
         if first_index is not None:
             chosen, dropped, _ = _quotes(store, req.session_id, req, hits, first_index, budget,
-                                         bool(pins), memory_overhead, indexes=dict(parts))
+                                         bool(pins), memory_overhead, indexes=dict(parts),
+                                         chats=chats)
     payload = ContextPayload(
         session_id=req.session_id, query=req.query, max_tokens=req.max_tokens,
         memory=_render_memory(pins, chosen, overview, True), turns=verbatim, notes=chosen,
@@ -309,7 +323,8 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         payload.explain = {
             "budget": {"max_tokens": req.max_tokens, "used": payload.tokens, **budget.split},
             "overview": overview,
-            "sessions": [{"session_id": s, "hits": sum(1 for h in hits if h["session_id"] == s),
+            "sessions": [{"session_id": s, "chat": chats[s],
+                          "hits": sum(1 for h in hits if h["session_id"] == s),
                           "quotes": quoted.get(s, 0), "listed": s in listed} for s in sessions],
             "hits": [{k: v for k, v in h.items() if k not in ("ts", "row")} for h in hits],
             "chosen": [{"session_id": n["session_id"], "note_id": n["note_id"], "quotes": [
@@ -321,15 +336,14 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
 
 
 def _user_overview(store: Store, user_id: str | None, req: ContextRequest, budget: _Budget,
-                   cap: int,
-                   memory_paid: bool, memory_overhead: int
+                   cap: int, memory_paid: bool, memory_overhead: int, chats: dict[str, int]
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A user's sessions in time order with their summaries and topics (the macro
     ``cce_user_overview`` inside the request's window), as much as fits under ``cap``."""
     rows = store.con.execute(
         "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
         [user_id, req.since, req.until]).to_arrow_table().to_pylist()
-    blocks = session_blocks(rows)
+    blocks = session_blocks(rows, chats)
     extra = 0 if memory_paid or not blocks else memory_overhead
     listed, cost = fit_sessions(blocks, min(budget.total, cap) - budget.used - extra)
     if listed and budget.take("notes", cost + extra, limit=cap):
@@ -338,7 +352,8 @@ def _user_overview(store: Store, user_id: str | None, req: ContextRequest, budge
     else:
         listed = []
     keep = {b.session_id for b in listed}
-    chosen = [{"session_id": b.session_id, "note_id": None, "quotes": [], "label": b.header,
+    chosen = [{"session_id": b.session_id, "chat": chats.get(b.session_id), "note_id": None,
+               "quotes": [], "label": b.header,
                "start_ts": b.first_ts, "end_ts": b.last_ts, "summary": b.summary,
                "topics": b.topics, "overview_line": b.text()} for b in listed]
     dropped = [{"session_id": b.session_id, "reason": "budget"} for b in blocks
@@ -394,12 +409,22 @@ def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None
     return out
 
 
-def _day_header(ts: datetime, session_id: str | None = None) -> str:
-    """The date line quotes of one day are shown under (and their session's, across sessions)."""
-    return f"[{ts:%Y-%m-%d}]" if session_id is None else f"[{ts:%Y-%m-%d} · session {session_id}]"
+def _day_header(ts: datetime, chat: int | None = None) -> str:
+    """The date line quotes of one day are shown under; across a user's sessions, with the
+    session's place among them (``chat 3``: the user's third session in time order). Its id
+    is in the payload's notes and the explain form, not in the tokens a model pays for: an id
+    such as a UUID would cost 20 tokens or more on every date line, a place 2."""
+    return f"[{ts:%Y-%m-%d}]" if chat is None else f"[{ts:%Y-%m-%d} · chat {chat}]"
 
 
 DAY_HEADER_TOKENS = estimate_tokens(_day_header(datetime(2000, 1, 1)))  # the same for every day
+
+
+@lru_cache(maxsize=8192)
+def _session_day_tokens(day: date, chat: int) -> int:
+    """Tokens of the date line of a session's quotes of ``day`` (memoised: a user context
+    prices one for most of its hits)."""
+    return estimate_tokens(_day_header(datetime(day.year, day.month, day.day), chat))
 
 
 def _note_header(n: dict[str, Any]) -> str:
@@ -443,11 +468,12 @@ def _leaves_out_words(content: str, spans: list[tuple[int, int]]) -> bool:
 
 def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, Any]],
             index: SessionIndex, budget: _Budget, memory_paid: bool, memory_overhead: int,
-            indexes: dict[str, SessionIndex] | None = None
+            indexes: dict[str, SessionIndex] | None = None, chats: dict[str, int] | None = None
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
     """Quotes of ``hits`` grouped by note, in budget order. With ``indexes`` (hits of
     :func:`cce_duck.index.retrieve_across`) each hit is read from its session's index and the
-    quotes are shown under their session as well as their date."""
+    quotes are shown under their session (its place in ``chats``) as well as their date."""
+    chats = chats or {}
     if not hits:
         return [], [], memory_paid
     groups: dict[Any, dict[str, Any]] = {}
@@ -491,8 +517,8 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
                 group["session_id"] = h["session_id"]
         day = h["ts"].date() if indexes is None else (h["ts"].date(), h["session_id"])
         if day not in days:  # quotes are shown under one date line per day (and session)
-            cost += 1 + (DAY_HEADER_TOKENS if indexes is None else estimate_tokens(
-                _day_header(h["ts"], h["session_id"])))
+            cost += 1 + (DAY_HEADER_TOKENS if indexes is None else _session_day_tokens(
+                h["ts"].date(), chats.get(h["session_id"], 0)))
         elif len(group["quotes"]) >= QUOTES_PER_NOTE:
             dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
                             "reason": "quotes_per_note", "fused": h["fused"]})
@@ -511,7 +537,8 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
         quote = {**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")},
                  "speaker": who, "text": text, "line": line, "ts": h["ts"]}
         if indexes is not None:
-            quote.update(session_id=h["session_id"], pos=h["pos"])
+            quote.update(session_id=h["session_id"], pos=h["pos"],
+                         chat=chats.get(h["session_id"], 0))
         group["quotes"].append(quote)
     order = "turn_no" if indexes is None else "pos"
     for g in groups.values():
@@ -561,6 +588,6 @@ def _render_memory(pins: list[str], notes: list[dict[str, Any]], overview: bool,
         at = (q["ts"].date(), q.get("session_id"))
         if at != day:
             day = at
-            out.append(_day_header(q["ts"], q.get("session_id")))
+            out.append(_day_header(q["ts"], q.get("chat")))
         out.append(q["line"])
     return "\n".join(out)

@@ -4,7 +4,6 @@ warm-tier merges."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -13,13 +12,10 @@ import pyarrow as pa
 from cce_duck import clock, topics
 from cce_duck.config import Config
 from cce_duck.rows import TurnRows, quantize, run_with, vectors_of
-from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import estimate_tokens
 
 __all__ = ["csv", "derive_turns", "note_fields", "run_script", "touch", "write_notes"]
-
-_PARAM = re.compile(r"\$(\w+)")
 
 
 def csv(values: Any) -> str:
@@ -29,10 +25,7 @@ def csv(values: Any) -> str:
 
 def run_script(store: Store, name: str, params: dict[str, Any]) -> None:
     """Run a named query of several statements, each with the parameters it uses."""
-    for stmt in query(name).split(";\n"):
-        if stmt.strip():
-            used = set(_PARAM.findall(stmt))
-            store.con.execute(stmt, {k: v for k, v in params.items() if k in used})
+    store.script(name, params)
 
 
 def derive_turns(store: Store, config: Config, sid: str, rows: list[dict[str, Any]]) -> TurnRows:

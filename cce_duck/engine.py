@@ -25,6 +25,7 @@ from cce_duck.context import (
 from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
 from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache
+from cce_duck.items import ItemStore, owns_items
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import (
     load_history,
@@ -66,6 +67,7 @@ class Engine(ManagementMixin):
             config = config.with_(**overrides)
         self.config = config
         self._context_calls: list[dict[str, Any]] = []
+        self._items: ItemStore | None = None
         self._closed = False
         if config.summariser == "llm" and not read_only:
             model_of(config)  # a missing model id is refused before the folder is touched
@@ -73,8 +75,10 @@ class Engine(ManagementMixin):
             tune_allocator()
         self.store = Store(config.data_dir, config.embedder, read_only=read_only,
                            encryption_key=config.encryption_key,
-                           memory_mb=config.duckdb_memory_mb)
+                           memory_mb=config.duckdb_memory_mb, lake=config.lake())
         self.index = IndexCache(config.index_cache_mb * 2**20)
+        #: user -> (store generation, its sessions in time order), for user contexts
+        self._user_sessions: dict[str, tuple[int, tuple[str, ...]]] = {}
         try:
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
@@ -333,7 +337,8 @@ class Engine(ManagementMixin):
         if unstored is None or not self.index.take_unstored(
                 self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
                 batch_turns=self.config.live_batch_turns,
-                topics_to_write=self.writer.topics_to_write):
+                topics_to_write=self.writer.topics_to_write,
+                plan_notes=lambda *a: self.writer.plan_notes(sid, *a)):
             self.writer.flush()
 
     def user_sessions(self, user_id: str) -> list[str]:
@@ -342,9 +347,16 @@ class Engine(ManagementMixin):
         uid = validate_user_id(user_id)
         if not self.store.read_only:
             self.writer.flush()
+        generation = self.store.generation
+        memo = self._user_sessions.get(uid)
+        if memo is not None and memo[0] == generation:  # no write since: the same order
+            return list(memo[1])
         sessions = [str(r[0]) for r in self.store.q("user_sessions", {"uid": uid}).fetchall()]
         if not sessions:
             raise NotFoundError(f"unknown user {uid!r}")
+        if len(self._user_sessions) >= 256:
+            self._user_sessions.clear()
+        self._user_sessions[uid] = (generation, tuple(sessions))
         return sessions
 
     def users(self) -> pl.DataFrame:
@@ -390,10 +402,18 @@ class Engine(ManagementMixin):
         postings, notes, pins, summaries), with the guarantee of forgetting: the journal and the
         file are rewritten so their text is in no file of the folder, finished at the next open
         after a kill. Returns rows removed per table (``sessions``: how many sessions). An
-        unknown user raises :class:`NotFoundError` and changes nothing."""
-        sessions = self.user_sessions(user_id)
-        try:  # the user's pins go with the sessions (stored under the user's pin owner)
-            return deletion.delete_sessions(self.store, [*sessions, pins.user_owner(user_id)])
+        unknown user raises :class:`NotFoundError` and changes nothing. The user's store items
+        (namespace ``("users", user_id, ...)``, :attr:`items`) go too, also for a user who has
+        only those."""
+        owner = pins.user_owner(validate_user_id(user_id))
+        try:
+            sessions = self.user_sessions(user_id)
+        except NotFoundError:
+            if not owns_items(self.store, owner):
+                raise
+            sessions = []
+        try:  # the user's pins and items go with the sessions (stored under the user's owner)
+            return deletion.delete_sessions(self.store, [*sessions, owner])
         finally:
             for sid in sessions:
                 self.writer.reopen(sid)
@@ -440,6 +460,14 @@ class Engine(ManagementMixin):
         return self.store.con.execute(
             "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
             [uid, window.since, window.until]).pl()
+
+    @property
+    def items(self) -> ItemStore:
+        """The folder's key-value items in namespaces (the long-term memory store that
+        :class:`cce_duck.integrations.langgraph.CCEStore` adapts), ranked like turns."""
+        if self._items is None:
+            self._items = ItemStore(self.store, self.writer.lock)
+        return self._items
 
     def search(self, session_id: str, query: str, k: int = 10, *,
                since: datetime | str | None = None, until: datetime | str | None = None,

@@ -40,16 +40,19 @@ from threadpoolctl import ThreadpoolController
 
 from cce_duck import ranking
 from cce_duck.embedders.base import Matrix
+from cce_duck.errors import NotFoundError
 from cce_duck.rows import Flushed, quantize
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, query_terms
 from cce_duck.topics import TopicTurn
 
-__all__ = ["Hit", "IndexCache", "SessionIndex", "retrieve_across"]
+__all__ = ["Hit", "IndexCache", "JoinedIndex", "SessionIndex", "retrieve_across"]
 
 Hit = dict[str, Any]
 TopicRule = Callable[[list[TopicTurn], Matrix], list[list[int]]]
+#: Compresses closed topics in memory: (turns, their tokens, vectors, topics) -> what to take in
+NotePlan = Callable[[list[TopicTurn], list[int], Matrix, list[list[int]]], Flushed | None]
 _ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
 
 _blas_lock = threading.Lock()
@@ -93,6 +96,7 @@ def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
     return flat.astype(np.int8, copy=False).reshape(-1, dim)
 
 
+TERM_ENTRY_BYTES = 120  # a term's string and dict entry in `SessionIndex.term_ids`
 _SCRATCH_BYTES = 48 * 1024  # under the allocator's mmap threshold (cce_duck.allocator)
 
 
@@ -164,8 +168,16 @@ class SessionIndex:
 
     @property
     def nbytes(self) -> int:
-        """Approximate memory held, memoised quotes included."""
-        return self.base_bytes + self.quote_bytes
+        """Approximate memory held, memoised quotes and the term lookup included."""
+        lookup = len(self.__dict__["term_ids"]) * TERM_ENTRY_BYTES if (
+            "term_ids" in self.__dict__) else 0
+        return self.base_bytes + self.quote_bytes + lookup
+
+    @cached_property
+    def term_ids(self) -> dict[str, int]:
+        """Term -> its id (position in ``vocab``), built on first use: a dict lookup of a few
+        terms instead of hashing the whole vocabulary per query (``pc.index_in``)."""
+        return {t: i for i, t in enumerate(self.vocab.to_pylist())}
 
     def remember_quote(self, key: tuple[int, int | None], text: str, tokens: int) -> None:
         """Keep the quote cut from a turn for the next context that quotes it."""
@@ -179,7 +191,6 @@ class SessionIndex:
         Each table is read on its own and unordered (a join or an ORDER BY that carries the
         384-byte vectors costs DuckDB several times the scan); rows are aligned here.
         """
-        dim = store.dim
         # Sentences and postings are read on a second connection while this thread reads the
         # turns and message vectors (DuckDB runs without the GIL): 24 -> 19 ms for 1,000 turns.
         side = _SIDE_READS.submit(_side_tables, store.reader(), sid)
@@ -191,6 +202,13 @@ class SessionIndex:
             pins = [t for _, t in sorted(store.q("pin_texts", {"sid": sid}).fetchall())]
         finally:
             sents, post = side.result()  # (also waited for when the reads above fail)
+        return cls.from_tables(key, store.dim, turns, mv, sents, post, notes, pins)
+
+    @classmethod
+    def from_tables(cls, key: tuple[Any, ...], dim: int, turns: pa.Table, mv: pa.Table,
+                    sents: pa.Table, post: pa.Table, notes: dict[int, dict[str, Any]],
+                    pins: list[str]) -> SessionIndex:
+        """The index of one session from its rows of the ``index_*`` queries (in any order)."""
         if not _in_order(turns.column("turn_no").to_numpy()):
             turns = turns.take(np.argsort(turns.column("turn_no").to_numpy(), kind="stable"))
         mv_turn = mv.column("turn_no").to_numpy().astype(np.int64)
@@ -323,10 +341,16 @@ class SessionIndex:
             self.__dict__.pop("speaker_terms", None)
         # sentences: the flush's sentence rows of this session, in (turn, sentence) order
         first = int(turn_no[len(turn_no) - len(turns)])
-        keep = [j for j, r in enumerate(stored.svec_rows) if r[0] == sid and r[1] >= first]
-        if keep:
-            sv = _int8_matrix(quantize(np.vstack(stored.svec)), dim)[keep]
-            srows = [stored.svec_rows[j] for j in keep]
+        parts, srows = [], []  # each turn's sentence vectors, and their rows
+        at = 0
+        for mat in stored.svec:
+            rows_of_turn = stored.svec_rows[at : at + len(mat)]
+            at += len(mat)
+            if rows_of_turn[0][0] == sid and rows_of_turn[0][1] >= first:
+                parts.append(mat)
+                srows.extend(rows_of_turn)
+        if parts:
+            sv = _int8_matrix(quantize(np.vstack(parts)), dim)
             self.s_row = np.concatenate([self.s_row, np.searchsorted(
                 turn_no, np.array([r[1] for r in srows], dtype=np.int64))])
             self.s_no = np.concatenate([self.s_no, np.array([r[2] for r in srows], np.int64)])
@@ -341,19 +365,27 @@ class SessionIndex:
     def _add_postings(self, post: list[tuple[str, str, int, int]], turn_no: np.ndarray) -> None:
         """Merge new postings into the term-sorted arrays (each term's new rows after its old
         ones; a new term gets the next id)."""
-        terms = pa.array([p[1] for p in post], self.vocab.type)
-        found = pc.index_in(terms, value_set=self.vocab)
-        unseen = pc.unique(pc.filter(terms, pc.is_null(found)))
-        vocab = pa.concat_arrays([self.vocab, unseen]) if len(unseen) else self.vocab
-        ids = pc.index_in(terms, value_set=vocab).to_numpy(zero_copy_only=False).astype(np.int64)
-        old_ids = np.repeat(np.arange(len(self.vocab), dtype=np.int64), np.diff(self.p_offsets))
-        all_ids = np.concatenate([old_ids, ids])
-        order = np.argsort(all_ids, kind="stable")
-        rows = np.searchsorted(turn_no, np.array([p[2] for p in post], dtype=np.int64))
-        self.p_row = np.concatenate([self.p_row, rows.astype(np.int32)])[order]
-        self.p_tf = np.concatenate([self.p_tf, np.array([p[3] for p in post],
-                                                        dtype=np.float32)])[order]
-        counts = np.bincount(all_ids, minlength=len(vocab))
+        lookup = self.term_ids
+        unseen: list[str] = []
+        for p in post:
+            if p[1] not in lookup:
+                lookup[p[1]] = len(self.vocab) + len(unseen)
+                unseen.append(p[1])
+        vocab = pa.concat_arrays([self.vocab, pa.array(unseen, self.vocab.type)]) if unseen \
+            else self.vocab
+        ids = np.array([lookup[p[1]] for p in post], dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        rows = np.searchsorted(turn_no, np.array([p[2] for p in post], dtype=np.int64))[order]
+        tf = np.array([p[3] for p in post], dtype=np.float32)[order]
+        # each new posting goes after the last old one of its term (a new term's: at the end)
+        ends = np.concatenate([self.p_offsets[1:],
+                               np.full(len(vocab) - len(self.vocab), self.p_offsets[-1])])
+        self.p_row = np.insert(self.p_row, ends[ids], rows.astype(np.int32))
+        self.p_tf = np.insert(self.p_tf, ends[ids], tf)
+        counts = np.diff(self.p_offsets)
+        counts = np.concatenate([counts, np.zeros(len(vocab) - len(counts), dtype=counts.dtype)])
+        counts += np.bincount(ids, minlength=len(vocab)).astype(counts.dtype)
         self.p_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.vocab = vocab
 
@@ -362,8 +394,10 @@ class SessionIndex:
         """(n,) int64 token estimate of who said each turn (its speaker, else its role): the
         ``who`` of the turn's ``who: text`` line."""
         cost: dict[str, int] = {}
-        return np.array([cost.setdefault(w, estimate_tokens(w)) for w in (
-            s or r for s, r in zip(self.speaker, self.role, strict=True))], dtype=np.int64)
+        who = [s or r for s, r in zip(self.speaker, self.role, strict=True)]
+        for w in set(who):
+            cost[w] = estimate_tokens(w)
+        return np.array([cost[w] for w in who], dtype=np.int64)
 
     def sentence_spans(self, row: int) -> list[tuple[int, int]]:
         """Character offsets of every sentence of the turn at ``row`` (empty when it has no
@@ -429,25 +463,30 @@ class SessionIndex:
         extra: dict[str, np.ndarray] = {}
         if conversation:
             named = ranking.named_speakers([t for t, _ in terms], self.speaker_terms)
+            speakers = (self.speaker[int(cand[0]) : int(cand[-1]) + 1]  # a run of rows, mostly
+                        if int(cand[-1]) - int(cand[0]) + 1 == len(cand) else
+                        [self.speaker[r] for r in cand])
             extra = {"asks": self.asks[cand], "n_terms": self.n_terms[cand],
-                     "other": ranking.other_speakers([self.speaker[r] for r in cand], named)}
+                     "other": ranking.other_speakers(speakers, named)}
         ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], tn, k=k,
                               recency_weight=recency_weight, rrf_k=rrf_k, **extra)
+        rows = cand[ranked.order]  # the hits' rows, best first; their columns as Python lists
+        cols = zip(rows.tolist(), tn[ranked.order].tolist(), self.note_id[rows].tolist(),
+                   self.ts[rows].tolist(), dense[rows].tolist(), best_sentence[rows].tolist(),
+                   bm25[rows].tolist(), recency[rows].tolist(), self.asks[rows].tolist(),
+                   self.n_terms[rows].astype(np.int64).tolist(), ranked.fused.tolist(),
+                   strict=True)
         out = []
-        for r, i in enumerate(ranked.order):
-            row = int(cand[i])
-            nid = int(self.note_id[row])
+        for r, (row, turn, nid, ts, d, best, b, rec, asks, n_terms, fused) in enumerate(cols):
             hit = {
-                "turn_no": int(tn[i]), "row": row, "note_id": nid if nid >= 0 else None,
-                "role": self.role[row], "speaker": self.speaker[row],
-                "ts": self.ts[row].item(), "dense": float(dense[row]),
-                "best_sentence": int(best_sentence[row]) if best_sentence[row] >= 0 else None,
-                "bm25": float(bm25[row]), "recency": float(recency[row]),
-                "asks": bool(self.asks[row]), "n_terms": int(self.n_terms[row]),
-                "fused": float(ranked.fused[r]), "rank": r + 1}
-            if ranked.score is not None:
-                hit["score"] = float(ranked.score[r])
+                "turn_no": turn, "row": row, "note_id": nid if nid >= 0 else None,
+                "role": self.role[row], "speaker": self.speaker[row], "ts": ts, "dense": d,
+                "best_sentence": best if best >= 0 else None, "bm25": b, "recency": rec,
+                "asks": asks, "n_terms": n_terms, "fused": fused, "rank": r + 1}
             out.append(hit)
+        if ranked.score is not None:
+            for hit, score in zip(out, ranked.score.tolist(), strict=True):
+                hit["score"] = score
         return out
 
     @cached_property
@@ -458,19 +497,153 @@ class SessionIndex:
     def _bm25(self, terms: list[tuple[str, float]]) -> np.ndarray:
         if not terms or not len(self.vocab):
             return np.zeros(len(self.turn_no))
-        ids = pc.index_in(pa.array([t for t, _ in terms], pa.string()), value_set=self.vocab)
+        lookup = self.term_ids
         postings = []
-        for (_, weight), tid in zip(terms, ids.to_pylist(), strict=True):
+        for term, weight in terms:
+            tid = lookup.get(term)
             if tid is not None:
                 lo, hi = self.p_offsets[tid], self.p_offsets[tid + 1]
                 postings.append((weight, self.p_row[lo:hi], self.p_tf[lo:hi]))
         return ranking.bm25_scores(self.n_terms, postings)
 
 
+def _rows_block(dim: int) -> int:
+    """Rows of the int8 matrix converted to float64 at a time by :func:`_joined_products`."""
+    return max(1, _JOINED_SCRATCH_BYTES // (8 * max(dim, 1)))
+
+
+_JOINED_SCRATCH_BYTES = 768 * 1024
+
+
+def _joined_products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``mat @ q`` as :func:`_products` gives it (the same float64 values: a row's product does
+    not depend on the rows around it), through one scratch block of 768 KB reused for the
+    whole matrix: for a user's hundreds of thousands of vectors the per-block calls of
+    :func:`_products` cost more than the products."""
+    out = np.empty(len(mat), dtype=np.float64)
+    rows = _rows_block(mat.shape[1])
+    buf = np.empty((min(rows, len(mat)), mat.shape[1]), dtype=np.float64)
+    for i in range(0, len(mat), rows):
+        r = min(rows, len(mat) - i)
+        np.copyto(buf[:r], mat[i : i + r], casting="unsafe")
+        np.dot(buf[:r], q, out=out[i : i + r])
+    return out
+
+
+@dataclass
+class JoinedIndex:
+    """Several sessions' indexes laid end to end (a user's, in time order): what
+    :func:`retrieve_across` ranks, in arrays of the whole, so that a question costs a few
+    vector operations whatever the number of sessions.
+
+    ``key`` names the parts it was built from (session id, the index object and its key): a
+    part extended or loaded again since makes it stale (:meth:`matches`). Built by
+    :meth:`build`; :meth:`IndexCache.joined` keeps one per user and makes the parts' own
+    vectors views of its arrays, so they are held once.
+    """
+
+    key: tuple[tuple[str, int, tuple[Any, ...]], ...]
+    parts: list[tuple[str, SessionIndex]]
+    starts: np.ndarray           # (parts + 1,) first row of each part
+    mvec: np.ndarray             # (n, dim) int8
+    svec: np.ndarray             # (m, dim) int8
+    s_row: np.ndarray            # (m,) row in the whole of each sentence's turn
+    s_no: np.ndarray
+    turn_no: np.ndarray          # (n,) each turn's number in its session
+    pos: np.ndarray              # (n,) position in the whole (a gap of one between sessions)
+    ts: np.ndarray
+    n_terms: np.ndarray
+    asks: np.ndarray
+    speakers: list[str | None]   # the distinct speakers
+    speaker_code: np.ndarray     # (n,) each turn's position in ``speakers``
+    speaker_terms: dict[str, tuple[str, ...]]
+    vocab: pa.Array              # terms of every part; a term's id is its position
+    p_offsets: np.ndarray        # (terms + 1,) CSR offsets
+    p_row: np.ndarray            # row in the whole, term-sorted (parts in order within a term)
+    p_tf: np.ndarray
+    memo: dict[str, Any] = field(default_factory=dict)
+    """Figures of the whole the context builder keeps (the tokens of all of the history)."""
+
+    @staticmethod
+    def key_of(parts: list[tuple[str, SessionIndex]]) -> tuple[tuple[str, int, tuple[Any, ...]],
+                                                                  ...]:
+        """What a joined index of ``parts`` is valid for."""
+        return tuple((sid, id(idx), idx.key) for sid, idx in parts)
+
+    def matches(self, parts: list[tuple[str, SessionIndex]]) -> bool:
+        """Built from these very parts, none changed since."""
+        return self.key == self.key_of(parts)
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory held besides the parts' (which share its vectors once cached)."""
+        arrays = (self.starts, self.s_row, self.s_no, self.turn_no, self.pos, self.ts,
+                  self.n_terms, self.asks, self.speaker_code, self.p_offsets, self.p_row,
+                  self.p_tf)
+        return int(sum(a.nbytes for a in arrays) + self.vocab.nbytes)
+
+    @classmethod
+    def build(cls, parts: list[tuple[str, SessionIndex]]) -> JoinedIndex:
+        """Join the (non-empty) ``parts``, in their order."""
+        idxs = [idx for _, idx in parts]
+        sizes = np.array([len(i.turn_no) for i in idxs], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        pos_l, start = [], 0
+        for idx in idxs:
+            pos_l.append(start + idx.turn_no - int(idx.turn_no[0]))
+            start = int(pos_l[-1][-1]) + 2
+        # postings: every part's term ids mapped to ids of one vocabulary; a stable sort by
+        # that id keeps, within a term, the parts in order (what a term's rows were, part by
+        # part, in retrieve_across before the join)
+        enc = pc.dictionary_encode(pa.concat_arrays([i.vocab.cast(pa.string()) for i in idxs]))
+        gid_of = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        v_starts = np.concatenate([[0], np.cumsum([len(i.vocab) for i in idxs])]).astype(np.int64)
+        gids = np.concatenate([gid_of[v_starts[j]:v_starts[j + 1]][
+            np.repeat(np.arange(len(i.vocab)), np.diff(i.p_offsets))]
+            for j, i in enumerate(idxs)]) if len(gid_of) else np.empty(0, np.int64)
+        rows = np.concatenate([i.p_row.astype(np.int64) + starts[j] for j, i in enumerate(idxs)])
+        tf = np.concatenate([i.p_tf for i in idxs])
+        order = np.argsort(gids, kind="stable")
+        counts = np.bincount(gids, minlength=len(enc.dictionary))
+        speaker_terms: dict[str, tuple[str, ...]] = {}
+        for idx in idxs:
+            speaker_terms.update(idx.speaker_terms)
+        speaker = [sp for i in idxs for sp in i.speaker]
+        code_of: dict[str | None, int] = {}
+        codes = np.array([code_of.setdefault(sp, len(code_of)) for sp in speaker], dtype=np.int32)
+        return cls(
+            key=cls.key_of(parts), parts=list(parts), starts=starts,
+            mvec=np.concatenate([i.mvec for i in idxs]),
+            svec=np.concatenate([i.svec for i in idxs]),
+            s_row=np.concatenate([i.s_row + starts[j] for j, i in enumerate(idxs)]),
+            s_no=np.concatenate([i.s_no for i in idxs]),
+            turn_no=np.concatenate([i.turn_no for i in idxs]),
+            pos=np.concatenate(pos_l).astype(np.int64),
+            ts=np.concatenate([i.ts for i in idxs]),
+            n_terms=np.concatenate([i.n_terms for i in idxs]),
+            asks=np.concatenate([i.asks for i in idxs]),
+            speakers=list(code_of), speaker_code=codes,
+            speaker_terms=speaker_terms,
+            vocab=enc.dictionary, p_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(
+                np.int64),
+            p_row=rows[order].astype(np.int32), p_tf=tf[order])
+
+    def share_vectors(self) -> None:
+        """Make each part's vectors views of the joined arrays, so that they are held once."""
+        s_starts = np.searchsorted(self.s_row, self.starts)
+        for j, (_, idx) in enumerate(self.parts):
+            a, b = int(self.starts[j]), int(self.starts[j + 1])
+            sa, sb = int(s_starts[j]), int(s_starts[j + 1])
+            if idx.mvec.shape == (b - a, self.mvec.shape[1]):
+                idx.mvec = self.mvec[a:b]
+            if len(idx.svec) == sb - sa:
+                idx.svec = self.svec[sa:sb]
+
+
 def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: str, *, k: int,
                     since: datetime | None = None, until: datetime | None = None,
                     before: dict[str, int] | None = None, recency_weight: float | None = None,
-                    rrf_k: int | None = None) -> list[Hit]:
+                    rrf_k: int | None = None, joined: JoinedIndex | None = None) -> list[Hit]:
     """The ranking of :mod:`cce_duck.ranking` over several sessions as one conversation.
 
     ``parts`` are the sessions in time order; their turns are laid end to end (a gap of one
@@ -479,75 +652,62 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     leaves out each named session's turns from that turn number on (those sent verbatim).
     Hits are those of :meth:`SessionIndex.retrieve` with ``conversation=True``, plus
     ``session_id`` and ``pos`` (the position in the whole); ``row`` is the session index's row.
+    ``joined``: the :class:`JoinedIndex` of these parts when one is kept (else, or when it is
+    stale, one is built for the call: the same ranking).
     """
     parts = [(sid, idx) for sid, idx in parts if len(idx.turn_no)]
     if not parts:
         return []
+    j = joined if joined is not None and joined.matches(parts) else JoinedIndex.build(parts)
     q64 = np.asarray(qv, dtype=np.float32).reshape(-1).astype(np.float64)
     terms = query_terms(query)
-    term_list = pa.array([t for t, _ in terms], pa.string())
-    dense_l, best_l, pos_l, keep_l, rows_l, which_l = [], [], [], [], [], []
-    post: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in terms]
-    offset = start = 0
     with _one_blas_thread():
-        for i, (sid, idx) in enumerate(parts):
-            d, b = ranking.dense_scores(_products(idx.mvec, q64), _products(idx.svec, q64),
-                                        idx.s_row, idx.s_no)
-            dense_l.append(d)
-            best_l.append(b)
-            pos_l.append(start + idx.turn_no - int(idx.turn_no[0]))
-            start = int(pos_l[-1][-1]) + 2
-            keep = np.ones(len(idx.turn_no), dtype=bool)
-            if since is not None:
-                keep &= idx.ts >= np.datetime64(since.replace(tzinfo=None), "us")
-            if until is not None:
-                keep &= idx.ts <= np.datetime64(until.replace(tzinfo=None), "us")
-            if before is not None and sid in before:
-                keep &= idx.turn_no < before[sid]
-            keep_l.append(keep)
-            rows_l.append(np.arange(len(idx.turn_no)))
-            which_l.append(np.full(len(idx.turn_no), i))
-            if terms and len(idx.vocab):
-                ids = pc.index_in(term_list, value_set=idx.vocab).to_pylist()
-                for t, tid in enumerate(ids):
-                    if tid is not None:
-                        lo, hi = idx.p_offsets[tid], idx.p_offsets[tid + 1]
-                        post[t][0].append(idx.p_row[lo:hi].astype(np.int64) + offset)
-                        post[t][1].append(idx.p_tf[lo:hi])
-            offset += len(idx.turn_no)
-    n_terms = np.concatenate([idx.n_terms for _, idx in parts])
-    postings = [(w, np.concatenate(r), np.concatenate(f)) for (_, w), (r, f) in
-                zip(terms, post, strict=True) if r]
-    bm25 = ranking.bm25_scores(n_terms, postings)
-    dense, best = np.concatenate(dense_l), np.concatenate(best_l)
-    pos = np.concatenate(pos_l).astype(np.int64)
-    which, rows = np.concatenate(which_l), np.concatenate(rows_l)
+        dense, best = ranking.dense_scores(_joined_products(j.mvec, q64),
+                                           _joined_products(j.svec, q64), j.s_row, j.s_no)
+    postings = []
+    if terms and len(j.vocab):
+        ids = pc.index_in(pa.array([t for t, _ in terms], pa.string()), value_set=j.vocab)
+        for (_, weight), tid in zip(terms, ids.to_pylist(), strict=True):
+            if tid is not None:
+                lo, hi = j.p_offsets[tid], j.p_offsets[tid + 1]
+                postings.append((weight, j.p_row[lo:hi].astype(np.int64), j.p_tf[lo:hi]))
+    bm25 = ranking.bm25_scores(j.n_terms, postings)
+    pos = j.pos
     recency = (pos + 1.0) / (int(pos[-1]) + 1)
-    cand = np.flatnonzero(np.concatenate(keep_l))
+    keep = np.ones(len(pos), dtype=bool)
+    if since is not None:
+        keep &= j.ts >= np.datetime64(since.replace(tzinfo=None), "us")
+    if until is not None:
+        keep &= j.ts <= np.datetime64(until.replace(tzinfo=None), "us")
+    for i, (sid, _) in enumerate(parts):
+        if before is not None and sid in before:
+            a, b = int(j.starts[i]), int(j.starts[i + 1])
+            keep[a:b] &= j.turn_no[a:b] < before[sid]
+    cand = np.flatnonzero(keep)
     if not len(cand):
         return []
-    speaker = [sp for _, idx in parts for sp in idx.speaker]
-    speaker_terms: dict[str, tuple[str, ...]] = {}
-    for _, idx in parts:
-        speaker_terms.update(idx.speaker_terms)
-    named = ranking.named_speakers([t for t, _ in terms], speaker_terms)
-    asks = np.concatenate([idx.asks for _, idx in parts])
-    ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
-                          recency_weight=recency_weight, rrf_k=rrf_k, asks=asks[cand],
-                          n_terms=n_terms[cand],
-                          other=ranking.other_speakers([speaker[c] for c in cand], named))
+    named = ranking.named_speakers([t for t, _ in terms], j.speaker_terms)
+    other = ranking.other_speakers(j.speakers, named)[j.speaker_code]  # per distinct speaker
+    if len(cand) == len(pos):  # every turn a candidate: the arrays as they are
+        ranked = ranking.rank(dense, bm25, recency, pos, k=k, recency_weight=recency_weight,
+                              rrf_k=rrf_k, asks=j.asks, n_terms=j.n_terms, other=other)
+    else:
+        ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
+                              recency_weight=recency_weight, rrf_k=rrf_k, asks=j.asks[cand],
+                              n_terms=j.n_terms[cand], other=other[cand])
     out = []
     for r, i in enumerate(ranked.order):
         g = int(cand[i])
-        sid, idx = parts[int(which[g])]
-        row = int(rows[g])
+        which = int(np.searchsorted(j.starts, g, side="right")) - 1
+        sid, idx = parts[which]
+        row = g - int(j.starts[which])
         nid = int(idx.note_id[row])
         out.append({
             "session_id": sid, "pos": int(pos[g]), "turn_no": int(idx.turn_no[row]), "row": row,
             "note_id": nid if nid >= 0 else None, "role": idx.role[row],
             "speaker": idx.speaker[row], "ts": idx.ts[row].item(), "dense": float(dense[g]),
             "best_sentence": int(best[g]) if best[g] >= 0 else None, "bm25": float(bm25[g]),
-            "recency": float(recency[g]), "asks": bool(asks[g]), "n_terms": int(n_terms[g]),
+            "recency": float(recency[g]), "asks": bool(j.asks[g]), "n_terms": int(j.n_terms[g]),
             "fused": float(ranked.fused[r]), "rank": r + 1,
             "score": float(ranked.score[r]) if ranked.score is not None else 0.0})
     return out
@@ -561,6 +721,62 @@ def _side_tables(reader: duckdb.DuckDBPyConnection, sid: str) -> tuple[pa.Table,
     params = {"sid": sid}
     return (reader.execute(query("index_sentences"), params).to_arrow_table(),
             reader.execute(query("index_postings"), params).to_arrow_table())
+
+
+USER_SQL = "user_index.sql"
+
+
+def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, SessionIndex]:
+    """The indexes of several sessions (``keys``: session id -> its key) from one scan of each
+    table (``sql/user_index.sql``), each one what :meth:`SessionIndex.load` gives: for a
+    user's thousand sessions, a few large reads instead of six small ones per session."""
+    params = {"sids": list(keys)}
+    side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
+    try:
+        turns = _by_session(store.q("many_turns", params, source=USER_SQL).to_arrow_table())
+        mv = _by_session(store.q("many_message_vectors", params, source=USER_SQL)
+                         .to_arrow_table())
+        notes: dict[str, dict[int, dict[str, Any]]] = {}
+        for r in store.q("many_notes", params, source=USER_SQL).to_arrow_table().to_pylist():
+            notes.setdefault(r.pop("session_id"), {})[r["note_id"]] = r
+        pins: dict[str, list[str]] = {}
+        for sid, _, text in store.q("many_pins", params, source=USER_SQL).fetchall():
+            pins.setdefault(sid, []).append(text)
+    finally:
+        sents_t, post_t = side.result()
+    tables = [turns, mv, _by_session(sents_t), _by_session(post_t)]
+    out = {}
+    for sid, key in keys.items():
+        t, m, se, po = (rows.get(sid, none) for rows, none in tables)
+        out[sid] = SessionIndex.from_tables(key, store.dim, t, m, se, po, notes.get(sid, {}),
+                                            pins.get(sid, []))
+    return out
+
+
+def _side_tables_many(reader: duckdb.DuckDBPyConnection, params: dict[str, Any]
+                      ) -> tuple[pa.Table, pa.Table]:
+    """Sentence rows and postings of several sessions, read on ``reader``."""
+    return (reader.execute(query("many_sentences", USER_SQL), params).to_arrow_table(),
+            reader.execute(query("many_postings", USER_SQL), params).to_arrow_table())
+
+
+def _by_session(table: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
+    """``table``'s rows per ``session_id`` (the column left out), in the order they came, and
+    an empty table of the same columns: slices of the table when each session's rows came
+    together (a session's rows are written together, so a scan usually returns them so), else
+    taken apart."""
+    rest = table.drop_columns(["session_id"])
+    if not len(table):
+        return {}, rest
+    enc = pc.dictionary_encode(table.column("session_id")).combine_chunks()
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    names = enc.dictionary.to_pylist()
+    if not (np.diff(codes) >= 0).all():  # codes are given in order of first appearance
+        order = np.argsort(codes, kind="stable")
+        rest, codes = rest.take(order), codes[order]
+    bounds = np.searchsorted(codes, np.arange(len(names) + 1))
+    return {str(names[i]): rest.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
+            for i in range(len(names))}, rest.slice(0, 0)
 
 
 def _rows_of(table: pa.Table, turn_no: np.ndarray) -> pa.Table:
@@ -587,6 +803,13 @@ class IndexCache:
         #: dropped and loaded again on the next read: the reference the tests compare with).
         self.extend_on_write = True
         self.extensions = 0
+        #: Whether a user's sessions are loaded together and their joined index kept (else
+        #: each is loaded on its own and joined for every call: the reference the tests
+        #: compare with).
+        self.join_users = True
+        self.bulk_loads = 0
+        self._joined: JoinedIndex | None = None  # the last user's, its sessions kept
+        self._lock = threading.RLock()
 
     def current(self, store: Store, sid: str) -> SessionIndex | None:
         """The index of ``sid`` when no write committed since it was loaded (a store is the only
@@ -604,44 +827,107 @@ class IndexCache:
         if idx is None or idx.key != key or self._generation.get(sid) != store.generation:
             idx = SessionIndex.load(store, sid, key)
             self.loads += 1
-            self._items[sid] = idx
-            self._generation[sid] = store.generation
-        self._items.move_to_end(sid)
-        total = sum(i.nbytes for i in self._items.values())
-        while total > self.max_bytes and len(self._items) > 1:
-            old_sid, dropped = self._items.popitem(last=False)
-            self._generation.pop(old_sid, None)
-            total -= dropped.nbytes
+            with self._lock:
+                self._items[sid] = idx
+                self._generation[sid] = store.generation
+        with self._lock:
+            self._items.move_to_end(sid)
+            self._evict()
         return idx
 
+    def _evict(self) -> None:
+        """Drop the least recently used indexes past ``max_bytes``; the sessions of the last
+        user's joined index stay (one user larger than the bound is kept whole)."""
+        keep = {sid for sid, _ in self._joined.parts} if self._joined is not None else set()
+        total = sum(i.nbytes for i in self._items.values())
+        for old_sid in list(self._items):
+            if total <= self.max_bytes or len(self._items) <= 1:
+                break
+            if old_sid in keep:
+                continue
+            dropped = self._items.pop(old_sid)
+            self._generation.pop(old_sid, None)
+            total -= dropped.nbytes
+
+    def many(self, store: Store, sids: list[str]) -> list[SessionIndex]:
+        """The indexes of ``sids`` (a user's sessions): those not current are loaded together
+        (:func:`load_many`). Raises :class:`~cce_duck.errors.NotFoundError` for a session not
+        stored."""
+        with self._lock:
+            out = {sid: idx for sid in sids if (idx := self.current(store, sid)) is not None}
+            todo = [sid for sid in sids if sid not in out]
+            if todo:
+                generation = store.generation
+                states = {str(r[0]): (r[2], int(r[1])) for r in store.q(
+                    "many_states", {"sids": todo}, source=USER_SQL).fetchall()}
+                missing = [sid for sid in todo if sid not in states]
+                if missing:
+                    raise NotFoundError(f"unknown session {missing[0]!r}")
+                loaded = load_many(store, {sid: states[sid] for sid in todo})
+                self.bulk_loads += 1
+                self.loads += len(loaded)
+                for sid, idx in loaded.items():
+                    self._items[sid] = idx
+                    self._generation[sid] = generation
+                out.update(loaded)
+            for sid in sids:
+                self._items.move_to_end(sid)
+            return [out[sid] for sid in sids]
+
+    def joined(self, parts: list[tuple[str, SessionIndex]]) -> JoinedIndex | None:
+        """The joined index of ``parts`` (a user's sessions in time order), built when the one
+        kept is not theirs or a part changed since; its vectors are then the parts' own (they
+        are held once). ``None`` for no turn at all."""
+        parts = [(sid, idx) for sid, idx in parts if len(idx.turn_no)]
+        if not parts:
+            return None
+        with self._lock:
+            if self._joined is not None and self._joined.matches(parts):
+                return self._joined
+        joined = JoinedIndex.build(parts)
+        with self._lock:
+            joined.share_vectors()
+            self._joined = joined
+            self._evict()
+        return joined
+
     def take_unstored(self, store: Store, sid: str, unstored: Flushed, *, hot_turns: int,
-                      batch_turns: int, topics_to_write: TopicRule) -> bool:
-        """Extend the current index of ``sid`` with journaled rows not stored yet, when storing
-        them would compress nothing: fewer than ``batch_turns`` uncompressed turns older than
-        the ``hot_turns`` window, or no closed topic among them (``topics_to_write``, the
-        flush's own rule, on the same turns and vectors). A context then reads what a flush
-        would have left, without the flush. ``False`` when the rows must be stored first (they
-        may stay in the index: the flush that stores them skips them)."""
+                      batch_turns: int, topics_to_write: TopicRule,
+                      plan_notes: NotePlan | None = None) -> bool:
+        """Extend the current index of ``sid`` with journaled rows not stored yet. When storing
+        them would compress something (``batch_turns`` uncompressed turns or more older than
+        the ``hot_turns`` window, and a closed topic among them by ``topics_to_write``, the
+        flush's own rule, on the same turns and vectors), ``plan_notes`` computes those notes
+        now (the flush that stores the rows writes them) and the index takes them in too. A
+        context then reads what a flush would have left, without the flush. ``False`` when the
+        rows must be stored first (they may stay in the index: the flush that stores them
+        skips them)."""
         idx = self.current(store, sid)
         if idx is None or not self.extend_on_write:
             return False
         try:
             if not idx.extend(unstored, sid):
                 return False
+            rows = np.flatnonzero((idx.note_id < 0)
+                                  & (idx.turn_no < int(idx.key[1]) - hot_turns))
+            if len(rows) < batch_turns:
+                return True
+            if any(idx.content[r] is None for r in rows):
+                return False
+            turns = [TopicTurn(int(idx.turn_no[r]), idx.role[r], idx.speaker[r],
+                               idx.content[r] or "", idx.ts[r].item()) for r in rows]
+            vecs = (idx.mvec[rows].astype(np.float32)
+                    / float(ranking.spec().vector_scale)).astype(np.float32)
+            groups = topics_to_write(turns, vecs)
+            if not groups:
+                return True
+            planned = None if plan_notes is None else plan_notes(
+                turns, [int(idx.tokens[r]) for r in rows], vecs, groups)
+            return planned is not None and idx.extend(planned, sid)
         except BaseException:
             self._items.pop(sid)
             self._generation.pop(sid, None)
             raise
-        rows = np.flatnonzero((idx.note_id < 0) & (idx.turn_no < int(idx.key[1]) - hot_turns))
-        if len(rows) < batch_turns:
-            return True
-        if any(idx.content[r] is None for r in rows):
-            return False
-        turns = [TopicTurn(int(idx.turn_no[r]), idx.role[r], idx.speaker[r], idx.content[r] or "",
-                           idx.ts[r].item()) for r in rows]
-        vecs = (idx.mvec[rows].astype(np.float32) / float(ranking.spec().vector_scale)).astype(
-            np.float32)
-        return not topics_to_write(turns, vecs)
 
     def advance(self, before: int, after: int, changed: set[str],
                 flushed: Flushed | None = None) -> None:

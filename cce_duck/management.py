@@ -14,6 +14,8 @@ import pyarrow as pa
 from cce_duck import corrections, deletion, erasure, export, forget, pins, warm
 from cce_duck.clock import now
 from cce_duck.errors import CCEError, NotFoundError
+from cce_duck.items import owns_items
+from cce_duck.messages import validate_session_id
 from cce_duck.payload import ContextPayload
 from cce_duck.rows import registered
 
@@ -131,16 +133,19 @@ class ManagementMixin:
             self.writer.forget_stats(sid)
 
     def delete_session(self, session_id: str, *, missing_ok: bool = False) -> dict[str, int]:
-        """Delete a session with its turns, notes, vectors, terms, pins and summary, then rewrite
-        the file so its text is gone from it. Returns rows removed per table. An unknown session
+        """Delete a session with its turns, notes, vectors, terms, pins, summary and store items
+        (namespace ``("sessions", session_id, ...)``), then rewrite the file so its text is gone
+        from it. Returns rows removed per table. An unknown session (no turns and no items)
         raises :class:`NotFoundError` (with ``missing_ok``, returns ``{}``). A later message to
         the same id starts a new session at turn 0."""
         try:
             sid = self._existing(session_id)
         except NotFoundError:
-            if missing_ok:
-                return {}
-            raise
+            sid = validate_session_id(session_id)
+            if not owns_items(self.store, sid):  # a session with store items only goes too
+                if missing_ok:
+                    return {}
+                raise
         try:
             return deletion.delete_session(self.store, sid)
         finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import duckdb
 
 from cce_duck import clock
@@ -35,9 +37,17 @@ def pending(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [name for name, _ in migration_files() if name not in done]
 
 
-def apply(con: duckdb.DuckDBPyConnection, dim: int, stop_before: str | None = None) -> list[str]:
-    """Apply pending migrations in order, each with its bookkeeping row in one transaction."""
-    con.execute(_BOOKKEEPING)
+def _same(sql: str) -> str:
+    return sql
+
+
+def apply(con: duckdb.DuckDBPyConnection, dim: int, stop_before: str | None = None, *,
+          translate: Callable[[str], str] | None = None) -> list[str]:
+    """Apply pending migrations in order, each with its bookkeeping row in one transaction.
+
+    ``translate`` adapts each script to the store (a lake's, :func:`cce_duck.lake.ddl`)."""
+    tr = translate or _same
+    con.execute(tr(_BOOKKEEPING))
     done = set(applied(con))
     ran = []
     for name, sql in migration_files():
@@ -47,7 +57,7 @@ def apply(con: duckdb.DuckDBPyConnection, dim: int, stop_before: str | None = No
             continue
         con.execute("BEGIN")
         try:
-            con.execute(sql.replace("@DIM@", str(dim)))
+            con.execute(tr(sql.replace("@DIM@", str(dim))))
             con.execute("INSERT INTO main._cce_migrations VALUES (?, ?)", [name, clock.now()])
             con.execute("COMMIT")
         except Exception:
@@ -57,15 +67,17 @@ def apply(con: duckdb.DuckDBPyConnection, dim: int, stop_before: str | None = No
     return ran
 
 
-def create_from_schema(con: duckdb.DuckDBPyConnection, dim: int) -> None:
+def create_from_schema(con: duckdb.DuckDBPyConnection, dim: int, *,
+                       translate: Callable[[str], str] | None = None) -> None:
     """Create a new store from ``schema.sql`` and record every migration as applied."""
+    tr = translate or _same
     con.execute("BEGIN")
     try:
-        con.execute(_BOOKKEEPING)
-        con.execute(schema_sql().replace("@DIM@", str(dim)))
+        con.execute(tr(_BOOKKEEPING))
+        con.execute(tr(schema_sql().replace("@DIM@", str(dim))))
         now = clock.now()
-        for name, _ in migration_files():
-            con.execute("INSERT INTO main._cce_migrations VALUES (?, ?)", [name, now])
+        con.executemany("INSERT INTO main._cce_migrations VALUES (?, ?)",
+                        [[name, now] for name, _ in migration_files()])
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

@@ -64,12 +64,17 @@ def _turns(n: int) -> str:
     return f"{n} turn" if n == 1 else f"{n} turns"
 
 
-def session_blocks(rows: list[dict[str, Any]]) -> list[SessionBlock]:
-    """The blocks of the rows of ``cce_user_overview`` (in their order)."""
+def session_blocks(rows: list[dict[str, Any]], chats: dict[str, int] | None = None
+                   ) -> list[SessionBlock]:
+    """The blocks of the rows of ``cce_user_overview`` (in their order). With ``chats`` (each
+    session's place among the user's, as quotes name them: ``chat 3``) the header names the
+    place, not the id (which may cost 20 tokens); without, the session id (for people)."""
     out = []
     for r in rows:
         state = "closed" if r["status"] == "closed" else "open"
-        header = (f"[{_span(r['first_ts'], r['last_ts'])} · session {r['session_id']} · "
+        sid = str(r["session_id"])
+        who = f"chat {chats[sid]}" if chats is not None and sid in chats else f"session {sid}"
+        header = (f"[{_span(r['first_ts'], r['last_ts'])} · {who} · "
                   f"{state} · {_turns(int(r['turns']))}]")
         topics = []
         for t in r["topics"]:

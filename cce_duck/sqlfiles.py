@@ -16,6 +16,7 @@ __all__ = [
     "CURRENT_MACROS",
     "Macro",
     "alias_sql",
+    "lake_query",
     "macro",
     "macro_files",
     "macro_sql",
@@ -123,6 +124,12 @@ def query(name: str, source: str = "queries.sql") -> str:
         return _queries(source)[name]
     except KeyError:
         raise KeyError(f"no query named {name!r} in {source}") from None
+
+
+def lake_query(name: str, source: str = "queries.sql") -> str:
+    """The SQL of a named query on a lake: its block in ``sql/lake.sql`` where DuckLake needs
+    another form (no keys, sequences or ``RETURNING``), else the block of ``sql/<source>``."""
+    return _queries("lake.sql").get(name) or query(name, source)
 
 
 @cache

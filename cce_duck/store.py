@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from cce_duck import clock, dbfile, folder, migrations, sandbox
+from cce_duck import clock, dbfile, folder, lake, migrations, sandbox
 from cce_duck.cipher import (
     PLAIN_JOURNAL,
     FolderKey,
@@ -36,7 +36,16 @@ from cce_duck.errors import (
     StorageError,
 )
 from cce_duck.folder import DB_FILE, ERASURE_FILE, MARKER_FILE
-from cce_duck.sqlfiles import CURRENT_MACROS, alias_sql, macro_files, macro_sql, query, statement
+from cce_duck.lake import Lake
+from cce_duck.sqlfiles import (
+    CURRENT_MACROS,
+    alias_sql,
+    lake_query,
+    macro_files,
+    macro_sql,
+    query,
+    statement,
+)
 from cce_duck.version import __version__
 
 __all__ = ["DB_FILE", "Store"]
@@ -55,6 +64,7 @@ class _AbsentPandas(importlib.abc.MetaPathFinder):
 if importlib.util.find_spec("pandas") is None:
     sys.meta_path.insert(0, _AbsentPandas())
 
+_PARAM = re.compile(r"\$(\w+)")
 _LOCK = re.compile(r"Could not set lock on file", re.I)
 _SAME_FILE = re.compile(r"same database file with a different configuration|Unique file handle "
                         r"conflict", re.I)
@@ -69,7 +79,8 @@ _STORAGE = re.compile(r"No space left|Disk quota|Input/output error|Read-only fi
 
 
 class Store:
-    """An open data folder (or an in-memory store when ``data_dir`` is ``None``)."""
+    """An open data folder, a lake (``lake``: see :mod:`cce_duck.lake`; ``data_dir`` is then
+    ``None``) or an in-memory store (``data_dir`` and ``lake`` both ``None``)."""
 
     def __init__(
         self,
@@ -79,8 +90,11 @@ class Store:
         read_only: bool = False,
         encryption_key: str | None = None,
         memory_mb: int | None = None,
+        lake: Lake | None = None,
     ) -> None:
-        self.data_dir = data_dir
+        self.lake = lake
+        self.data_dir = None if lake is not None else data_dir
+        data_dir = self.data_dir
         self.read_only = read_only
         self.memory_mb = memory_mb
         #: The folder's keys when it is encrypted (``None``: a plain folder or in memory).
@@ -97,7 +111,8 @@ class Store:
         #: tables compare it).
         self.recoveries = 0
         self._detached = False  # the connection is a placeholder: the file could not be reopened
-        self.path = ":memory:" if data_dir is None else str(data_dir / DB_FILE)
+        self.path = (lake.shown if lake is not None else ":memory:" if data_dir is None
+                     else str(data_dir / DB_FILE))
         self._key = None if data_dir is None else folder.registry_key(data_dir)
         if data_dir is not None and folder.is_open(data_dir):
             raise FolderInUseError(
@@ -119,6 +134,8 @@ class Store:
     # -- opening ------------------------------------------------------------
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
+        if self.lake is not None:
+            return lake.connect(self.lake, read_only=self.read_only, prepare=self._limit_memory)
         if self.data_dir is not None:
             if self.read_only and not Path(self.path).exists():
                 raise CCEError(f"no cce_duck store in {self.data_dir} (nothing to open read-only)")
@@ -226,7 +243,7 @@ class Store:
             if self._has_user_tables():
                 raise SchemaError(f"{self.path} holds other tables and is not a cce_duck store")
             emb = get_embedder(requested)
-            migrations.create_from_schema(self.con, emb.dim)
+            migrations.create_from_schema(self.con, emb.dim, translate=self._ddl)
             rows = {
                 "schema_version": str(migrations.SCHEMA_VERSION),
                 "embedder": emb.name,
@@ -235,7 +252,9 @@ class Store:
                 "created_by": f"cce_duck {__version__}",
                 "encrypted": "true" if self.folder_key is not None else "false",
             }
+            self.con.execute("BEGIN")  # (one commit: on a lake each commit writes files)
             self.con.executemany("INSERT INTO main.cce_meta VALUES (?, ?)", list(rows.items()))
+            self.con.execute("COMMIT")
             return emb
         if (meta.get("encrypted") == "true") != (self.folder_key is not None):
             raise EncryptionError(
@@ -265,12 +284,27 @@ class Store:
                 "in place"
             )
         if version < migrations.SCHEMA_VERSION and not self.read_only:
-            migrations.apply(self.con, dim)
+            migrations.apply(self.con, dim, translate=self._ddl)
             self.con.execute(
                 "UPDATE main.cce_meta SET value = ? WHERE key = 'schema_version'",
                 [str(migrations.SCHEMA_VERSION)],
             )
         return emb
+
+    @property
+    def _ddl(self) -> Callable[[str], str] | None:
+        """How migrations are adapted to this store (DuckLake's limits), ``None``: as written."""
+        return lake.ddl if self.lake is not None else None
+
+    def _where(self) -> str:
+        if self.lake is not None:
+            return self.lake.describe()
+        return f"the data folder {self.data_dir}" if self.data_dir is not None else "(in memory)"
+
+    def sql(self, name: str) -> str:
+        """The SQL of the named query ``name`` for this store (a lake's own version where
+        ``sql/lake.sql`` has one)."""
+        return lake_query(name) if self.lake is not None else query(name)
 
     def _meta(self) -> dict[str, str]:
         try:
@@ -314,23 +348,41 @@ class Store:
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection for another thread, with the UDFs and macros installed."""
-        cur = self.con.cursor()
+        cur = self.new_cursor()
         # Python UDFs belong to the database instance (the cursor already sees them and cannot
         # register them again); temp macros belong to each connection.
         self._install_macros(cur)
         return cur
 
-    def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
-        """Run the named query ``name`` from ``sql/queries.sql``."""
+    def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None, *,
+          source: str = "queries.sql") -> Any:
+        """Run the named query ``name`` from ``sql/queries.sql`` (or ``sql/<source>``)."""
         if self._detached and self.failure is not None:
             raise self.failure
         try:
-            return self.con.execute(query(name), params)
+            if self.lake is not None:
+                return self._script(lake_query(name, source), params)
+            return self.con.execute(query(name, source), params)
         except duckdb.Error as exc:
             err = self.failed(exc)
             if err is exc:
                 raise
             raise err from exc
+
+    def script(self, name: str, params: dict[str, Any]) -> Any:
+        """Run the named query ``name`` of several statements, each with the parameters it
+        uses; the last one's result."""
+        return self._script(self.sql(name), params)
+
+    def _script(self, sql: str, params: Sequence[Any] | dict[str, Any] | None) -> Any:
+        parts = [p for p in sql.split(";\n") if p.strip()]
+        if len(parts) == 1 or not isinstance(params, dict):
+            return self.con.execute(sql, params)
+        result = None
+        for part in parts:
+            used = set(_PARAM.findall(part))
+            result = self.con.execute(part, {k: v for k, v in params.items() if k in used})
+        return result
 
     def failed(self, exc: BaseException) -> BaseException:
         """``exc`` as the error to raise: a :class:`StorageError` naming the folder and the
@@ -342,8 +394,7 @@ class Store:
                 isinstance(exc, duckdb.FatalException) or _STORAGE.search(str(exc))):
             return exc
         cause = str(exc).split("\n")[0]
-        where = self.data_dir if self.data_dir is not None else "(in memory)"
-        err = StorageError(f"storage failed in the data folder {where}: {cause}. Nothing of this "
+        err = StorageError(f"storage failed in {self._where()}: {cause}. Nothing of this "
                            "call was stored; what was acknowledged before is kept. Free space (or "
                            "fix the disk) and retry: the store reopens itself on the next call")
         self.failure = err
@@ -354,7 +405,7 @@ class Store:
         folder is still unusable)."""
         if self.failure is None:
             return
-        if self.data_dir is None:  # an in-memory database has nothing to reopen
+        if self.data_dir is None and self.lake is None:  # in memory: nothing to reopen
             raise StorageError(f"{self.failure}; an in-memory store cannot be reopened: restart "
                                "the process", recoverable=False)
         self._close_reader()
@@ -367,7 +418,7 @@ class Store:
             err = self.failed(exc)
             if not isinstance(err, StorageError):  # reopening failed for another reason
                 err = StorageError(
-                    f"the data folder {self.data_dir} failed ({self.failure}) and cannot be "
+                    f"{self._where()} failed ({self.failure}) and cannot be "
                     f"reopened ({exc}); restart the process: nothing acknowledged is lost, the "
                     "journal is replayed at the next open", recoverable=False)
                 self.failure = err
@@ -382,12 +433,14 @@ class Store:
     def frame(self, sql_or_name: str, params: Sequence[Any] | dict[str, Any] | None = None
               ) -> pl.DataFrame:
         """A Polars frame from a named query or a SQL string."""
-        sql = sql_or_name if " " in sql_or_name else query(sql_or_name)
+        sql = sql_or_name if " " in sql_or_name else self.sql(sql_or_name)
         return self.con.execute(sql, params).pl()
 
     @contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any error."""
+    def transaction(self, *, sessions: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+        """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any error. ``sessions=False``: the
+        transaction writes no table a session's cached index is read from (store items), so
+        :attr:`generation` stays and those indexes stay valid."""
         if self.read_only:
             raise CCEError("this store is open read-only")
         self.recover()
@@ -405,7 +458,8 @@ class Store:
                 raise
             raise err from exc
         self._run("COMMIT")
-        self.generation += 1
+        if sessions:
+            self.generation += 1
 
     def _run(self, sql: str) -> None:
         try:
@@ -430,7 +484,8 @@ class Store:
     def reconnect(self, between: Callable[[], None] | None = None) -> None:
         """Close the connection, run ``between`` (for example a file swap), open it again with
         the UDFs and macros. Cursors taken before are invalid afterwards."""
-        self.con.execute("CHECKPOINT")
+        if self.lake is None:
+            self.con.execute("CHECKPOINT")
         self._close_reader()
         self.con.close()
         try:
@@ -464,8 +519,16 @@ class Store:
         reads two tables at once); made on first use, closed with the store. Only one thread
         may use it at a time."""
         if self._reader is None:
-            self._reader = self.con.cursor()
+            self._reader = self.new_cursor()
         return self._reader
+
+    def new_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new connection of the instance, on the store's catalog (a lake's is not the
+        instance's default one)."""
+        cur = self.con.cursor()
+        if self.lake is not None:
+            cur.execute(statement("use", identifiers={"name": lake.LAKE_NAME}))
+        return cur
 
     def _close_reader(self) -> None:
         if self._reader is not None:

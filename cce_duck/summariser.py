@@ -159,7 +159,7 @@ class Summariser:
         """The ``llm_cache`` through a cursor of the store's current connection (it changes
         after a file rewrite), closed after the batch so no transaction outlives it."""
         try:
-            cursor = self.store.con.cursor()
+            cursor = self.store.new_cursor()
         except Exception as exc:  # no cache this time; the calls still go
             log.warning("llm_cache unavailable for summaries: %s", exc)
             yield

@@ -263,6 +263,26 @@ def estimate_tokens(text: str) -> int:
     """
     if not text:
         return 0
+    if "\n" not in text:
+        return _line_tokens(text) if len(text) <= _MEMO_CHARS else _text_tokens(text)
+    # No piece spans a line break (each is one piece): the estimate adds up line by line, and
+    # the lines of a context (quotes, headers, recent turns) recur from one context to the next.
+    lines = text.split("\n")
+    return len(lines) - 1 + sum(
+        (_line_tokens(ln) if len(ln) <= _MEMO_CHARS else _text_tokens(ln)) if ln else 0
+        for ln in lines)
+
+
+_MEMO_CHARS = 800  # lines up to this long have their estimate memoised
+
+
+@lru_cache(maxsize=4_096)
+def _line_tokens(line: str) -> int:
+    return _text_tokens(line)
+
+
+def _text_tokens(text: str) -> int:
+    """:func:`estimate_tokens` of one line (or of any text: the pieces are the same)."""
     if text.isascii():  # one token per piece, more for long words and numbers
         n = len(_TOKEN_PIECE_ASCII.findall(text))
         for piece in _LONG_PIECE_ASCII.findall(text):

@@ -74,8 +74,22 @@ class Writer:
         if config.summariser == "llm" and not store.read_only:
             self.summariser = Summariser(store, config)
         self._fresh: list[FreshNote] = []  # notes of this flush that wait for a model summary
+        #: notes computed for a read before their turns were stored: (session, notes, mapping)
+        self._planned: list[tuple[str, list[dict[str, Any]], list[tuple[str, int, int]]]] = []
         #: What the last flush stored (read by ``on_flush``: indexes in memory take it in).
         self.flushed: Flushed | None = None
+        #: On a lake there is no journal: a message is acknowledged once a flush committed it
+        #: (see :meth:`sync`). Tickets count the messages added; ``_committed`` the ones a
+        #: flush settled, ``_lost`` the ranges (after, up to] a failed flush dropped.
+        self._lake = store.lake is not None
+        self._added = 0
+        self._committed = 0
+        self._lost: list[tuple[int, int]] = []
+        self._commit_cond = threading.Condition()
+        self._committing = False
+        #: Commits that acknowledged messages on a lake, and the messages they carried.
+        self.commits = 0
+        self.committed_messages = 0
         if store.data_dir is not None and not store.read_only:
             self.journal = Journal(store.data_dir / JOURNAL_FILE, store.journal_codec,
                                    config.durability)
@@ -85,6 +99,12 @@ class Writer:
             except BaseException:
                 self.journal.close()
                 raise
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock adding and flushing hold: writes outside the writer that share the store's
+        connection (store items) hold it too."""
+        return self._lock
 
     # -- turn numbers -------------------------------------------------------
 
@@ -159,6 +179,9 @@ class Writer:
                 if m.message_id is not None:
                     known[m.message_id] = (n, m.role, content_hash(m.role, m.content))
             ticket = 0
+            if self._lake and numbered:
+                self._added += len(numbered)
+                ticket = self._added
             if self.journal is not None and numbered:
                 try:
                     ticket = self.journal.append(_record(s, n, m, user) for s, n, m in numbered)
@@ -219,9 +242,50 @@ class Writer:
             self._retry_at = time.monotonic() + RETRY_S
 
     def sync(self, ticket: int) -> None:
-        """Return once the journal records up to ``ticket`` are on disk (see :class:`Journal`)."""
+        """Return once the messages up to ``ticket`` are durable: their journal records on disk
+        (see :class:`Journal`), or on a lake committed to it.
+
+        On a lake concurrent callers share one commit (group commit): whoever finds no flush
+        running flushes everything added so far; the others wait for it. A caller whose
+        messages a failed flush dropped gets that flush's error (nothing of its call is stored).
+        """
         if self.journal is not None and ticket:
             self.journal.sync(ticket)
+        elif self._lake and ticket:
+            self._commit(ticket)
+
+    def _commit(self, ticket: int) -> None:
+        with self._commit_cond:
+            while self._committed < ticket:
+                if self._committing:
+                    self._commit_cond.wait()
+                    continue
+                self._committing = True
+                self._commit_cond.release()
+                try:
+                    self.flush()
+                except CCEError:
+                    pass  # the range it dropped is in _lost: checked below
+                finally:
+                    self._commit_cond.acquire()
+                    self._committing = False
+                    self._commit_cond.notify_all()
+            for after, upto in self._lost:
+                if after < ticket <= upto:
+                    raise StorageError(
+                        f"{self.store.lake.describe() if self.store.lake else 'the lake'} did not "
+                        "commit these messages; nothing of this call was stored, retry it")
+
+    def _settle(self, upto: int, *, lost: bool) -> None:
+        """A lake flush ended: the messages up to ``upto`` are committed, or (``lost``) dropped."""
+        with self._commit_cond:
+            if lost and upto > self._committed:
+                self._lost = [*self._lost[-63:], (self._committed, upto)]
+            elif not lost and upto > self._committed:
+                self.commits += 1
+                self.committed_messages += upto - self._committed
+            self._committed = max(self._committed, upto)
+            self._commit_cond.notify_all()
 
     def _known_ids(self, sid: str, messages: Sequence[Message]
                    ) -> dict[str, tuple[int, str, int]]:
@@ -269,12 +333,15 @@ class Writer:
         """Reopen a database that failed, and take the buffer again from the journal."""
         self.store.recover()
         self._recoveries = self.store.recoveries
+        if self._lake and self._buffer:  # no journal holds them: never acknowledged, dropped
+            self._settle(self._added, lost=True)
         self._next.clear()
         self._closed.clear()
         self._users.clear()
         self._df.clear()
         self._buffer = []
         self._rows, self._rows_n = TurnRows(), 0
+        self._planned = []
         self._ids.clear()
         if self.journal is not None:
             self._load_journal()
@@ -293,6 +360,24 @@ class Writer:
             self._flush(finish, hot_too=hot_too, counts=counts)
 
     def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
+        if not self._lake:
+            self._flush_tables(finish, hot_too=hot_too, counts=counts)
+            return
+        upto = self._added
+        try:
+            self._flush_tables(finish, hot_too=hot_too, counts=counts)
+        except BaseException:
+            if self._buffer:  # never acknowledged: dropped, with what was derived from them
+                self._buffer = []
+                self._rows, self._rows_n = TurnRows(), 0
+                self._ids.clear()
+                self._next.clear()
+                self._users.clear()
+                self._settle(upto, lost=True)
+            raise
+        self._settle(upto, lost=False)
+
+    def _flush_tables(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
         if self.store.failure is not None or self._recoveries != self.store.recoveries:
             self._recover()
         if not self._buffer and not finish and not (counts and self._retrieved):
@@ -310,6 +395,9 @@ class Writer:
                 if self._retrieved:
                     self._bump(con)
                 for sid in sorted(set(sessions) | finish):
+                    for owner, notes, mapping in self._planned:
+                        if owner == sid:
+                            self._store_notes(con, sid, notes, mapping)
                     self._compress(con, sid, finish=sid in finish,
                                    hot_too=hot_too and sid in finish)
         except BaseException:
@@ -318,6 +406,7 @@ class Writer:
             raise
         self._buffer = []
         self._rows, self._rows_n = TurnRows(), 0
+        self._planned = []
         self._ids.clear()
         if len(rows.turns) >= self.config.flush_every:
             release_free_memory()  # a full batch frees its Arrow tables and strings at once
@@ -446,6 +535,14 @@ class Writer:
                      rows: list[dict[str, Any]], vecs: Matrix, groups: list[list[int]]) -> None:
         df, n_docs = self._term_df(sid)
         ids = [r[0] for r in self.store.q("next_note_ids", {"n": len(groups)}).fetchall()]
+        notes, mapping = self._notes_of(sid, turns, [int(r["tokens"]) for r in rows], vecs,
+                                        groups, df, n_docs, ids)
+        self._store_notes(con, sid, notes, mapping)
+
+    def _notes_of(self, sid: str, turns: list[topics.TopicTurn], tokens: Sequence[int],
+                  vecs: Matrix, groups: list[list[int]], df: dict[str, int], n_docs: int,
+                  ids: list[int]) -> tuple[list[dict[str, Any]], list[tuple[str, int, int]]]:
+        """The note rows of topics ``groups`` of pending ``turns`` and the turns they compress."""
         now = clock.now()
         notes: list[dict[str, Any]] = []
         mapping: list[tuple[str, int, int]] = []
@@ -457,7 +554,7 @@ class Writer:
                 "note_id": note_id, "session_id": sid, "start_turn": part[0].turn_no,
                 "end_turn": part[-1].turn_no, "start_ts": part[0].ts, "end_ts": part[-1].ts,
                 "label": topics.label(part, df, n_docs), "summary": summary,
-                "raw_tokens": sum(int(rows[i]["tokens"]) for i in idx),
+                "raw_tokens": sum(int(tokens[i]) for i in idx),
                 "summary_tokens": estimate_tokens(summary), "level": 0, "retrieval_count": 0,
                 "created_at": now, "vector": topics.unit(v.mean(axis=0)),
             })
@@ -465,11 +562,14 @@ class Writer:
             if self.summariser is not None:
                 self._fresh.append(FreshNote(sid, note_id, tuple(part), notes[-1]["raw_tokens"],
                                              summary))
+        return notes, mapping
+
+    def _store_notes(self, con: Any, sid: str, notes: list[dict[str, Any]],
+                     mapping: list[tuple[str, int, int]]) -> None:
+        """Insert notes and mark the turns they compress (inside the flush's transaction)."""
         write_notes(self.store, notes, insert=True)
         if self.flushed is not None:
-            self.flushed.notes.setdefault(sid, []).extend(
-                {k: n[k] for k in ("note_id", "label", "start_turn", "end_turn", "start_ts",
-                                   "end_ts")} for n in notes)
+            self.flushed.notes.setdefault(sid, []).extend(_header(n) for n in notes)
             self.flushed.assigned.extend(mapping)
         cols = list(zip(*mapping, strict=True))
         mp = pa.table({"session_id": list(cols[0]), "turn_no": pa.array(cols[1], pa.int32()),
@@ -477,10 +577,45 @@ class Writer:
         with registered(con, _b_map=mp):
             self.store.q("assign_notes" if self.config.keep_raw_turns else "assign_notes_drop_raw")
 
+    def plan_notes(self, sid: str, turns: list[topics.TopicTurn], tokens: Sequence[int],
+                   vecs: Matrix, groups: list[list[int]]) -> Flushed | None:
+        """Compress closed topics of the session's pending turns now, in memory, as the next
+        flush would (same rule, note ids, labels and summaries); that flush stores them first.
+        ``turns`` (with their ``tokens`` and ``vecs``) are the session's uncompressed turns out
+        of the hot window, stored and journaled, as a read holds them; ``groups`` the topics
+        :meth:`topics_to_write` gives. Returns the note headers and compressed turns for the
+        index, or ``None`` when the flush must do it (not only this session's messages wait, a
+        model summariser, a failing store)."""
+        with self._lock:
+            if (self.summariser is not None or not self._buffer
+                    or self.store.failure is not None
+                    or any(s != sid for s, _, _ in self._buffer)):
+                return None
+            try:
+                df, n_docs = self._term_df(sid)
+                ids = [r[0] for r in self.store.q("next_note_ids",
+                                                  {"n": len(groups)}).fetchall()]
+            except StorageError:
+                return None
+            rows = self._derived()  # the stored statistics plus the journaled turns'
+            mine = [t for t in rows.turns if t["session_id"] == sid]
+            merged = Counter(df)
+            merged.update(p[1] for p in rows.post if p[0] == sid)
+            notes, mapping = self._notes_of(sid, turns, tokens, vecs, groups, merged,
+                                            n_docs + len(mine), ids)
+            self._planned.append((sid, notes, mapping))
+            return Flushed(TurnRows(), {}, None, {sid: [_header(n) for n in notes]}, mapping)
+
     def close(self) -> None:
         """Close the journal file (call after the last flush)."""
         if self.journal is not None:
             self.journal.close()
+
+
+def _header(note: dict[str, Any]) -> dict[str, Any]:
+    """What a session index keeps of a note."""
+    return {k: note[k] for k in ("note_id", "label", "start_turn", "end_turn", "start_ts",
+                                 "end_ts")}
 
 
 def _record(sid: str, n: int, m: Message, user: str | None = None) -> dict[str, Any]:

@@ -94,3 +94,32 @@ BEGIN TRANSACTION READ ONLY;
 -- name: sandbox_rollback
 -- End the read-only transaction, whatever happened in it.
 ROLLBACK;
+
+-- name: attach_lake
+-- Attach a DuckLake (its catalog: 'ducklake:postgres:…' or 'ducklake:<file>.ducklake') with
+-- its data path; data inlining off, so no row is ever stored in the catalog database.
+ATTACH {catalog} AS {name} (DATA_PATH {path}, DATA_INLINING_ROW_LIMIT 0);
+
+-- name: attach_lake_read_only
+-- Attach a DuckLake read-only.
+ATTACH {catalog} AS {name} (DATA_PATH {path}, READ_ONLY);
+
+-- name: lake_no_inlining
+-- Record in the lake's catalog that no insert is inlined into it (every process, any client).
+CALL {name}.set_option('data_inlining_row_limit', 0);
+
+-- name: lake_sequences
+-- The lake's stand-in for sequences (DuckLake has none): the next value of each counter.
+CREATE TABLE IF NOT EXISTS main._cce_sequences (name VARCHAR NOT NULL, value BIGINT NOT NULL);
+
+-- name: lake_rewrite
+-- Rewrite every data file that has deleted rows, so the deleted rows leave it.
+CALL ducklake_rewrite_data_files({name}, delete_threshold => 0.0);
+
+-- name: lake_expire
+-- Expire every snapshot but the current one (the files only they use become old files).
+SELECT count(*) FROM ducklake_expire_snapshots({name}, older_than => now());
+
+-- name: lake_cleanup
+-- Delete every data file no snapshot uses any more.
+SELECT count(*) FROM ducklake_cleanup_old_files({name}, cleanup_all => true);

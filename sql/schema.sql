@@ -120,3 +120,32 @@ CREATE TABLE context_calls (
     tokens_sent INTEGER NOT NULL,
     history_tokens INTEGER NOT NULL
 );
+
+CREATE SEQUENCE store_item_ids START 1;
+
+CREATE TABLE store_items (
+    item_id BIGINT PRIMARY KEY,
+    session_id VARCHAR,
+    namespace VARCHAR NOT NULL,
+    key VARCHAR NOT NULL,
+    value VARCHAR NOT NULL,
+    n_terms INTEGER NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    updated_at TIMESTAMP NOT NULL,
+    UNIQUE (namespace, key)
+);
+
+CREATE TABLE store_item_vectors (
+    session_id VARCHAR,
+    item_id BIGINT NOT NULL,
+    text_no INTEGER NOT NULL,
+    path VARCHAR NOT NULL,
+    vector TINYINT[@DIM@] NOT NULL
+);
+
+CREATE TABLE store_item_postings (
+    session_id VARCHAR,
+    item_id BIGINT NOT NULL,
+    term VARCHAR NOT NULL,
+    tf SMALLINT NOT NULL
+);

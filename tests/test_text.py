@@ -157,6 +157,21 @@ def test_estimate_tokens_empty_and_tiny() -> None:
     assert estimate_tokens("hello") == 1
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(
+    [*"ab Z09\t .,!?…—é漢かカ한हिаб\u0301{}", "hello ", "internationalisation", "123456"]),
+    max_size=30).map("".join), max_size=6))
+def test_estimate_tokens_adds_up_line_by_line(lines: list[str]) -> None:
+    """No piece spans a line break: a text costs its lines plus one per break (the rule the
+    memoised per-line estimate relies on), for short, long, ASCII and other lines alike."""
+    text = "\n".join(lines)
+    long_line = "é" * 900 + "".join(lines)  # past the memoised length
+    assert estimate_tokens(text) == sum(map(estimate_tokens, lines)) + max(len(lines) - 1, 0)
+    assert estimate_tokens(long_line + "\n" + text) == (
+        estimate_tokens(long_line) + 1 + estimate_tokens(text))
+    assert estimate_tokens(text) == estimate_tokens(text)  # memoised: the same the second time
+
+
 def test_estimate_tokens_english_about_1_3_per_word() -> None:
     words = len(PROSE.split())
     ratio = estimate_tokens(PROSE) / words

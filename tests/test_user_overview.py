@@ -33,8 +33,13 @@ def _store(eng: Engine, closed: tuple[int, ...] = (0, 2)) -> None:
                user_id="bob")
 
 
+def _chat(sid: str) -> str:
+    """How a context names alice-K: its place among her sessions (``chat K+1``)."""
+    return f"· chat {int(sid.split('-')[1]) + 1} ·"
+
+
 def _positions(text: str, sessions: list[str]) -> list[int]:
-    return [text.index(f"session {s} ·") for s in sessions]
+    return [text.index(_chat(s)) for s in sessions]
 
 
 def test_overview_lists_sessions_in_time_order_with_summaries(tmp_path: Path) -> None:
@@ -91,10 +96,10 @@ def test_since_until_narrow_the_overview(tmp_path: Path) -> None:
         p = eng.user_context("alice", "Recap of our conversation", since="2024-05-02",
                              until="2024-05-03T23:59", max_tokens=2000)
         text = p.to_string()
-        assert "session alice-1 ·" in text
-        assert "session alice-2 ·" in text
+        assert _chat("alice-1") in text
+        assert _chat("alice-2") in text
         for gone in ("alice-0", "alice-3", "alice-4"):
-            assert f"session {gone} ·" not in text
+            assert _chat(gone) not in text
         assert eng.user_overview("alice", since="2030-01-01").is_empty()
         with pytest.raises(ValidationError):
             eng.user_overview("alice", since="2024-05-03", until="2024-05-01")
@@ -115,7 +120,7 @@ def test_closing_a_session_feeds_the_overview(tmp_path: Path) -> None:
         assert "not summarised yet" in before  # an open session's turns no topic holds yet
         summary = eng.close_session("alice-3")
         after = eng.user_context("alice", OVERVIEW_Q, max_tokens=2000).to_string()
-        assert "session alice-3 · closed" in after
+        assert f"{_chat('alice-3')} closed" in after
         assert summary.splitlines()[0] in after
         row = eng.user_overview("alice").filter(session_id="alice-3").to_dicts()[0]
         assert row["summary"] == summary

@@ -171,13 +171,17 @@ def test_user_context_finds_facts_of_other_sessions(tmp_path: Path) -> None:
         text = p.to_string()
         assert "thirty dollars" in text
         assert "ninety" not in text.lower()  # bob's memory never reaches alice
-        assert "session alice-4]" in text  # the quote names its session and its date
-        assert "[2024-05-05 · session alice-4]" in text
+        # the quote names its session (its place among alice's: alice-4 is her fifth) and date
+        assert "[2024-05-05 · chat 5]" in text
+        assert "alice-4" not in text  # the id is in the notes and the explain form
+        assert "alice-4" in {n["session_id"] for n in p.notes}
         assert p.tokens <= 120
         assert p.turns == []  # a new, empty session has no recent turns
         by = {s["session_id"]: s for s in p.explain["sessions"]}
         assert set(by) == {f"alice-{k}" for k in range(len(TOPICS))}
         assert by["alice-4"]["quotes"] >= 1
+        assert [by[f"alice-{k}"]["chat"] for k in range(len(TOPICS))] == list(
+            range(1, len(TOPICS) + 1))
         assert {h["session_id"] for h in p.explain["hits"]} <= set(by)
         # the session being answered in: its recent turns verbatim first, then other sessions
         p = eng.user_context("alice", "Who brings the barbecue grill?", session_id="alice-4",
@@ -186,7 +190,7 @@ def test_user_context_finds_facts_of_other_sessions(tmp_path: Path) -> None:
         assert [t.content for t in p.turns] == [m["content"] for m in
                                                 topic_messages()[-len(p.turns):]]
         assert "Marta" in p.memory
-        assert "session alice-2]" in p.memory
+        assert "· chat 3]" in p.memory  # alice-2, her third session
         assert p.tokens <= 200
 
 
@@ -385,7 +389,7 @@ def test_proxy_binds_the_user_and_trims_with_the_user_memory(tmp_path: Path) -> 
         assert r.headers["x-cce-trimmed"] == "1"
         sent = " ".join(m["content"] for m in up.requests[-1]["body"]["messages"])
         assert "thirty dollars" in sent  # told in another session of alice
-        assert "session alice-4]" in sent
+        assert "· chat 5]" in sent  # alice-4, her fifth session
         r = httpx.post(base + "/v1/chat/completions", timeout=60, json={
             "model": "m", "messages": chat[:2]}, headers={"X-CCE-Session": "alice-chat",
                                                           "X-CCE-User": "bob"})

@@ -70,11 +70,39 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+CatalogOpt = Annotated[str | None, typer.Option(
+    "--catalog", envvar="CCE_CATALOG", show_default="none: the data folder",
+    help="A DuckLake catalog instead of the data folder: postgres:dbname=… host=… user=… "
+         "(many processes; the password from PGPASSWORD or ~/.pgpass) or a .ducklake file "
+         "(one process). See docs/lake.md.")]
+DataPathOpt = Annotated[Path | None, typer.Option(
+    "--data-path", envvar="CCE_DATA_PATH", show_default="<catalog>.files for a .ducklake file",
+    help="Folder of the lake's Parquet files (with --catalog).")]
+
+#: The lake named on the command line for this invocation (``--catalog`` / ``--data-path``).
+_LAKE: dict[str, Any] = {}
+
+
+def use_lake(catalog: str | None, data_path: Path | None) -> None:
+    """Record the lake of this invocation (every command's engine opens it)."""
+    _LAKE.clear()
+    if catalog:
+        _LAKE["catalog"] = catalog
+    if data_path is not None:
+        _LAKE["data_path"] = data_path
+
+
+def lake_overrides() -> dict[str, Any]:
+    """``Config`` overrides for the lake named on the command line (empty: none)."""
+    return dict(_LAKE)
+
+
 @app.callback()
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Print the version and exit.")] = False
-          ) -> None:
+                                                help="Print the version and exit.")] = False,
+          catalog: CatalogOpt = None, data_path: DataPathOpt = None) -> None:
     """cce_duck: memory for AI assistants on DuckDB. Data folder: --data-dir or CCE_DATA_DIR."""
+    use_lake(catalog, data_path)
 
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", "-d", envvar="CCE_DATA_DIR",
@@ -103,7 +131,7 @@ def folder_of(data_dir: Path | None) -> Path:
 
 def _engine(data_dir: Path | None, embedder: str | None = None, read_only: bool = False,
             **overrides: str | None) -> Engine:
-    cfg = Config.from_env(embedder=embedder, **overrides)
+    cfg = Config.from_env(embedder=embedder, **lake_overrides(), **overrides)
     if data_dir is not None:
         cfg = cfg.with_(data_dir=data_dir)
     return Engine(cfg, read_only=read_only)

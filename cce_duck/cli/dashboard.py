@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from cce_duck.cli.common import DataDir, EmbedderOpt
-from cce_duck.cli.serve import Host, serve_app, serve_http
+from cce_duck.cli.common import CatalogOpt, DataDir, DataPathOpt, EmbedderOpt
+from cce_duck.cli.serve import Host, lake_options, serve_app, serve_http
 
 __all__ = ["ui"]
 
@@ -18,6 +18,9 @@ def ui(
     port: Annotated[int, typer.Option("--port", "-p", help="TCP port.")] = 7860,
     data_dir: DataDir = None,
     embedder: EmbedderOpt = None,
+    catalog: CatalogOpt = None,
+    data_path: DataPathOpt = None,
 ) -> None:
     """Live dashboard at http://HOST:PORT/ui/ (same app, routes and key rules as 'serve rest')."""
+    lake_options(catalog, data_path)
     serve_http("rest", "cce_duck.dashboard", "create_dashboard_app", data_dir, embedder, host, port)

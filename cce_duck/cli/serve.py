@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from cce_duck.allocator import tune_owned_process
-from cce_duck.cli.common import DataDir, EmbedderOpt, _fail, app
+from cce_duck.cli.common import (
+    CatalogOpt,
+    DataDir,
+    DataPathOpt,
+    EmbedderOpt,
+    _fail,
+    app,
+    lake_overrides,
+    use_lake,
+)
 from cce_duck.config import Config
 
-__all__ = ["mcp_main", "serve_app", "serve_http"]
+__all__ = ["lake_options", "mcp_main", "serve_app", "serve_http"]
 
 serve_app = typer.Typer(help="Run a server over the data folder (needs the 'server' extra).",
                         no_args_is_help=True)
@@ -22,8 +32,14 @@ Host = Annotated[str, typer.Option("--host", help="Address to listen on (loopbac
 
 
 def _config(data_dir: DataDir, embedder: str | None) -> Config:
-    cfg = Config.from_env(embedder=embedder)
+    cfg = Config.from_env(embedder=embedder, **lake_overrides())
     return cfg if data_dir is None else cfg.with_(data_dir=data_dir)
+
+
+def lake_options(catalog: str | None, data_path: Path | None) -> None:
+    """A server's own ``--catalog`` / ``--data-path`` (after ``cce``'s, which they replace)."""
+    if catalog or data_path is not None:
+        use_lake(catalog or lake_overrides().get("catalog"), data_path)
 
 
 def _need_extra(exc: ImportError) -> typer.Exit:
@@ -50,8 +66,11 @@ def rest(
     port: Annotated[int, typer.Option("--port", "-p", help="TCP port.")] = 9100,
     data_dir: DataDir = None,
     embedder: EmbedderOpt = None,
+    catalog: CatalogOpt = None,
+    data_path: DataPathOpt = None,
 ) -> None:
     """REST API (FastAPI) with OpenAPI docs at /docs; keys from CCE_API_KEY / CCE_API_KEYS."""
+    lake_options(catalog, data_path)
     serve_http("rest", "cce_duck.server.rest", "create_app", data_dir, embedder, host, port)
 
 
@@ -65,16 +84,21 @@ def proxy(
         "--max-tokens", "-m", help="Chats longer than this are trimmed to this budget.")] = None,
     data_dir: DataDir = None,
     embedder: EmbedderOpt = None,
+    catalog: CatalogOpt = None,
+    data_path: DataPathOpt = None,
 ) -> None:
     """OpenAI-compatible proxy that trims long chats on the way to --upstream."""
+    lake_options(catalog, data_path)
     serve_http("proxy", "cce_duck.server.proxy", "create_proxy", data_dir, embedder, host, port,
                bind=lambda create: lambda eng, keys: create(eng, upstream, keys,
                                                             max_tokens=max_tokens))
 
 
 @serve_app.command("mcp")
-def mcp(data_dir: DataDir = None, embedder: EmbedderOpt = None) -> None:
+def mcp(data_dir: DataDir = None, embedder: EmbedderOpt = None, catalog: CatalogOpt = None,
+        data_path: DataPathOpt = None) -> None:
     """MCP server over stdio (for Claude Desktop, Cursor, VS Code and other MCP clients)."""
+    lake_options(catalog, data_path)
     try:
         from cce_duck.server.mcp_tools import run_stdio
     except ImportError as exc:

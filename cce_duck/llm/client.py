@@ -162,7 +162,7 @@ class LLM:
         con = None
         if store is not None:
             st = getattr(store, "store", store)  # an Engine or a Store
-            con = st.con.cursor()
+            con = st.new_cursor()
         self.cache = None if con is None else LLMCache(
             con, max_entries=cache_max_entries, max_age_s=cache_max_age_s)
         self._sleep = sleep

@@ -1,0 +1,242 @@
+"""The DuckLake backend: the same tables as a data folder, as Parquet files in a data path with
+their catalog in PostgreSQL (many processes) or in a local ``.ducklake`` file (one process).
+
+A :class:`Lake` names the catalog and the data path (``Config.catalog`` / ``CCE_CATALOG`` and
+``Config.data_path`` / ``CCE_DATA_PATH``). :func:`connect` opens an in-memory DuckDB instance,
+loads the ``parquet``, ``ducklake`` and ``postgres_scanner`` extensions by path from their
+packages (offline, signature checks on), attaches the lake as the default catalog ``lake`` and
+seals the instance (:func:`cce_duck.sandbox.seal`, with the data path as its one allowed folder).
+The store then runs the same named queries and macros as on a file; where DuckLake differs,
+:func:`ddl` adapts the migrations and ``sql/lake.sql`` overrides a few named queries:
+
+- no fixed-size arrays: ``TINYINT[384]`` columns become ``TINYINT[]`` lists (the macros already
+  cast vectors to ``FLOAT[d]``, and Arrow readers take lists as they are);
+- no primary keys or unique constraints: the engine keeps uniqueness itself (turn numbers come
+  from the writer, sessions and summaries are written with ``MERGE`` or delete-then-insert);
+- no sequences: ``CREATE SEQUENCE name START n`` becomes a row of ``_cce_sequences`` whose value
+  moves in the same transaction that uses the ids (two transactions taking ids at once update the
+  same row, so DuckLake lets only one of them commit);
+- no ``RETURNING`` and no ``ON CONFLICT`` / ``INSERT OR REPLACE``.
+
+Data inlining is off (``DATA_INLINING_ROW_LIMIT 0`` at every attach, and recorded in the catalog
+when the lake is created), so no row, and no text, is ever stored in the catalog database:
+every commit writes Parquet files in the data path, which :func:`purge` can rewrite and delete.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+import duckdb
+
+from cce_duck import dbfile, sandbox
+from cce_duck.errors import (
+    CCEError,
+    FolderInUseError,
+    MissingExtraError,
+    StorageError,
+    ValidationError,
+)
+from cce_duck.sqlfiles import statement
+
+__all__ = ["EXTENSIONS", "LAKE_NAME", "Lake", "connect", "ddl", "load_extensions", "purge"]
+
+#: The catalog name the lake is attached as (``current_database()`` on a lake store).
+LAKE_NAME = "lake"
+
+#: Extensions a lake needs: (package, extension name), loaded in this order.
+EXTENSIONS = (
+    ("duckdb_extension_parquet", "parquet"),
+    ("duckdb_extension_postgres_scanner", "postgres_scanner"),
+    ("duckdb_extension_ducklake", "ducklake"),
+)
+
+_PG_PREFIX = "postgres:"
+_SECRET = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.I)
+
+
+@dataclass(frozen=True)
+class Lake:
+    """Where a lake store lives: its DuckLake ``catalog`` and its ``data_path``.
+
+    ``catalog`` is ``postgres:<libpq connection string>`` (``dbname=… host=… user=…``) for a lake
+    many processes share, or the path of a local ``.ducklake`` file for one process. ``data_path``
+    is the folder of the Parquet files; for a local catalog it defaults to ``<catalog>.files/``.
+    """
+
+    catalog: str
+    data_path: Path
+
+    @classmethod
+    def of(cls, catalog: str, data_path: str | Path | None) -> Lake:
+        """Check and complete a catalog / data path pair."""
+        if not isinstance(catalog, str) or not catalog.strip():
+            raise ValidationError("config catalog must be 'postgres:<connection string>' or the "
+                                  "path of a .ducklake file")
+        catalog = catalog.strip()
+        if catalog.startswith(_PG_PREFIX):
+            if not catalog[len(_PG_PREFIX):].strip():
+                raise ValidationError("config catalog 'postgres:' needs a connection string, for "
+                                      "example postgres:dbname=cce host=127.0.0.1 user=cce")
+            if data_path is None:
+                raise ValidationError("a PostgreSQL catalog needs a data path (config data_path "
+                                      "or CCE_DATA_PATH): the folder every process reads and "
+                                      "writes the Parquet files in")
+        elif catalog.startswith(("ducklake:", "sqlite:", "mysql:")):
+            raise ValidationError(f"config catalog {catalog!r}: give 'postgres:…' or a .ducklake "
+                                  "file path (without the 'ducklake:' prefix)")
+        else:
+            catalog = str(Path(catalog).expanduser().resolve())
+        path = Path(catalog + ".files") if data_path is None else Path(data_path)
+        return cls(catalog, path.expanduser().resolve())
+
+    @property
+    def shared(self) -> bool:
+        """Whether the catalog is a PostgreSQL database (many processes may share the lake)."""
+        return self.catalog.startswith(_PG_PREFIX)
+
+    @property
+    def shown(self) -> str:
+        """The catalog as it may be shown (a password in the connection string is hidden)."""
+        return _SECRET.sub(r"\1***", self.catalog)
+
+    def describe(self) -> str:
+        """``catalog … with data path …`` for messages."""
+        return f"the lake catalog {self.shown} (data path {self.data_path})"
+
+
+def load_extensions(con: duckdb.DuckDBPyConnection) -> None:
+    """Load the lake's extensions by path from their ``duckdb-extension-*`` packages."""
+    for package, name in EXTENSIONS:
+        try:
+            node = files(package) / "extensions" / f"v{duckdb.__version__}"
+        except ModuleNotFoundError:
+            raise MissingExtraError(
+                f"a lake store needs the package {package.replace('_', '-')}=="
+                f"{duckdb.__version__}: pip install 'cce_duck[lake]'") from None
+        path = Path(str(node / f"{name}.duckdb_extension"))
+        if not path.exists():
+            raise CCEError(f"{package.replace('_', '-')} has no build for duckdb "
+                           f"{duckdb.__version__} (looked for {path})")
+        con.execute(statement("load_extension", literals={"path": str(path)}))
+
+
+def connect(lake: Lake, *, read_only: bool = False,
+            prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None
+            ) -> duckdb.DuckDBPyConnection:
+    """An in-memory instance with ``lake`` attached as its default catalog, sealed
+    (``prepare`` makes the instance's settings before the seal).
+
+    Raises :class:`StorageError` naming the catalog when it cannot be reached (nothing is created
+    then) and when the data path cannot be written.
+    """
+    if not read_only:
+        _check_data_path(lake)
+    con = dbfile.connect()
+    try:
+        load_extensions(con)
+        attach = "attach_lake_read_only" if read_only else "attach_lake"
+        try:
+            con.execute(statement(attach, literals={
+                "catalog": "ducklake:" + lake.catalog, "path": str(lake.data_path) + "/"},
+                identifiers={"name": LAKE_NAME}))
+        except duckdb.Error as exc:
+            raise _open_error(lake, exc) from None
+        con.execute(statement("use", identifiers={"name": LAKE_NAME}))
+        if not read_only:
+            _make_data_path(lake)
+            con.execute(statement("lake_no_inlining", identifiers={"name": LAKE_NAME}))
+        if prepare is not None:
+            prepare(con)
+        sandbox.seal(con, lake.data_path)  # last: no file, extension or setting after this
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _check_data_path(lake: Lake) -> None:
+    """Refuse a data path that cannot be written, creating nothing: a probe file goes into its
+    nearest existing folder and is removed at once."""
+    path = lake.data_path
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is not a folder")
+        with tempfile.TemporaryFile(dir=existing, prefix=".cce_probe"):
+            pass
+    except OSError as exc:
+        raise StorageError(f"the data path {path} of {lake.shown} is not writable: "
+                           f"{exc.strerror or exc}", recoverable=False) from None
+
+
+def _make_data_path(lake: Lake) -> None:
+    try:
+        lake.data_path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"the data path {lake.data_path} of {lake.shown} is not writable: "
+                           f"{exc.strerror or exc}", recoverable=False) from None
+
+
+def _open_error(lake: Lake, exc: duckdb.Error) -> CCEError:
+    text = str(exc)
+    if "Unique file handle conflict" in text or "already attached" in text:
+        return FolderInUseError(f"{lake.describe()} is already open in this process: a local "
+                                "catalog serves one open at a time; share that Engine (or close "
+                                "it first), or use a PostgreSQL catalog for several")
+    if "Could not set lock" in text:
+        return FolderInUseError(f"{lake.describe()} is in use by another process: a local "
+                                ".ducklake catalog serves one process; use that process (for "
+                                "example its REST server) or a PostgreSQL catalog")
+    return StorageError(f"cannot open {lake.describe()}: {_first_line(exc)}", recoverable=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    return _SECRET.sub(r"\1***", str(exc).split("\n")[0])
+
+
+# -- schema ---------------------------------------------------------------------------------
+
+_ARRAY = re.compile(r"\b(\w+)\[\d+\]")
+_COLUMN_KEY = re.compile(r"\s+(?:PRIMARY KEY|UNIQUE)\b", re.I)
+_TABLE_KEY = re.compile(r",\s*(?:PRIMARY KEY|UNIQUE)\s*\([^)]*\)", re.I)
+_SEQUENCE = re.compile(r"CREATE SEQUENCE (\w+) START (\d+);", re.I)
+_INDEX = re.compile(r"CREATE (?:UNIQUE )?INDEX [^;]*;", re.I)
+
+
+def ddl(sql: str) -> str:
+    """A migration (or ``schema.sql``, dimension filled in) as DuckLake takes it: fixed-size
+    arrays become lists, keys and indexes go (a column key leaves ``NOT NULL``; the columns of
+    a table key are ``NOT NULL`` in the schema already), sequences become rows of
+    ``_cce_sequences``."""
+    out = _INDEX.sub("", _ARRAY.sub(r"\1[]", sql))
+    out = _TABLE_KEY.sub("", out)
+    out = _COLUMN_KEY.sub(" NOT NULL", out)  # (a key column is never NULL)
+    if _SEQUENCE.search(out):
+        out = statement("lake_sequences") + "\n" + _SEQUENCE.sub(
+            lambda m: f"INSERT INTO main._cce_sequences VALUES ('{m.group(1)}', {m.group(2)});",
+            out)
+    return out
+
+
+# -- erasure --------------------------------------------------------------------------------
+
+
+def purge(con: duckdb.DuckDBPyConnection) -> None:
+    """Remove deleted rows from every data file: rewrite each table's files that hold deletes
+    (``delete_threshold => 0.0``), expire every older snapshot, then delete every file no
+    snapshot uses any more (``cleanup_all``). Run it with no transaction open."""
+    name = {"name": LAKE_NAME}
+    try:
+        for step in ("lake_rewrite", "lake_expire", "lake_cleanup"):
+            con.execute(statement(step, literals=name))
+    except duckdb.Error as exc:
+        raise StorageError(f"the lake could not drop erased rows from its files: "
+                           f"{_first_line(exc)}") from exc

@@ -1,0 +1,43 @@
+-- Named queries of a lake store where DuckLake needs another form than sql/queries.sql: it has
+-- no primary keys (no ON CONFLICT, no INSERT OR REPLACE), no sequences (counters are rows of
+-- _cce_sequences, moved in the transaction that takes the ids) and no RETURNING. Each block:
+-- "-- name: <name>" (the name of the query it replaces), a description, the SQL; a block of
+-- several statements runs them in order, each with the parameters it uses.
+
+-- name: upsert_sessions
+-- Create sessions or move their turn counter forward (it never goes back); a session's user,
+-- once set, is kept.
+MERGE INTO main.sessions AS s USING _b_sessions AS b ON s.session_id = b.session_id
+WHEN MATCHED THEN UPDATE SET
+    next_turn = greatest(s.next_turn, b.next_turn),
+    user_id = coalesce(s.user_id, b.user_id),
+    updated_at = b.updated_at
+WHEN NOT MATCHED THEN INSERT (session_id, created_at, updated_at, status, next_turn, user_id)
+    VALUES (b.session_id, b.created_at, b.updated_at, 'open', b.next_turn, b.user_id);
+
+-- name: next_note_ids
+-- Reserve note ids.
+UPDATE main._cce_sequences SET value = value + $n WHERE name = 'note_ids';
+SELECT value - $n + range AS id FROM main._cce_sequences, range($n)
+WHERE name = 'note_ids' ORDER BY id;
+
+-- name: upsert_summary
+-- Store (or replace) the cold-tier summary of a session.
+DELETE FROM main.session_summaries WHERE session_id = $sid;
+INSERT INTO main.session_summaries VALUES ($sid, $summary, $tokens, $now);
+
+-- name: insert_pin
+-- Add a pin; returns its id.
+UPDATE main._cce_sequences SET value = value + 1 WHERE name = 'pin_ids';
+INSERT INTO main.pins (pin_id, session_id, text, turn_no, created_at, updated_at)
+SELECT value - 1, $sid, $text, $turn_no, $now, $now FROM main._cce_sequences WHERE name = 'pin_ids';
+SELECT value - 1 AS pin_id FROM main._cce_sequences WHERE name = 'pin_ids';
+
+-- name: import_pins
+-- Insert imported pins (new ids) from a registered batch _b_import.
+INSERT INTO main.pins BY NAME
+SELECT * EXCLUDE (pin_id, k), (SELECT value FROM main._cce_sequences WHERE name = 'pin_ids') + k
+    AS pin_id
+FROM (SELECT *, row_number() OVER (ORDER BY pin_id) - 1 AS k FROM _b_import);
+UPDATE main._cce_sequences SET value = value + (SELECT count(*) FROM _b_import)
+WHERE name = 'pin_ids';

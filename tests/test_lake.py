@@ -1,0 +1,288 @@
+"""The DuckLake backend on a local ``.ducklake`` catalog and on a real PostgreSQL catalog: the
+same migrations build its tables, the engine writes and reads through it, every macro and the
+SQL sandbox answer as on a data folder, and bad settings or a catalog that is down are refused
+with an error that names them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pytest
+from conftest import topic_messages
+from lake import KINDS, LakeSpec, make_lake
+
+from cce_duck import Engine, migrations
+from cce_duck.adhoc import read_only_query
+from cce_duck.config import Config
+from cce_duck.embedders import register_embedder
+from cce_duck.embedders.hash import HashEmbedder
+from cce_duck.errors import (
+    EmbedderMismatchError,
+    FolderInUseError,
+    StorageError,
+    ValidationError,
+)
+from cce_duck.lake import Lake, connect, ddl
+from cce_duck.sqlfiles import CURRENT_MACROS, schema_sql
+
+pytestmark = pytest.mark.lake
+
+SID = "s1"
+DIM = 384
+
+
+@pytest.fixture(params=KINDS)
+def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LakeSpec]:
+    with make_lake(request.param, tmp_path) as spec:
+        yield spec
+
+
+def _engine(spec: LakeSpec, **kw: Any) -> Engine:
+    return Engine(Config(data_dir=None, embedder=kw.pop("embedder", "hash"), **spec.config(),
+                         **kw))
+
+
+# -- configuration --------------------------------------------------------------------------
+
+def test_config_reads_catalog_and_data_path_from_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CCE_CATALOG", str(tmp_path / "m.ducklake"))
+    monkeypatch.setenv("CCE_DATA_PATH", str(tmp_path / "files"))
+    cfg = Config.from_env()
+    assert cfg.lake() == Lake(str(tmp_path / "m.ducklake"), tmp_path / "files")
+    monkeypatch.delenv("CCE_CATALOG")
+    monkeypatch.delenv("CCE_DATA_PATH")
+    assert Config.from_env().lake() is None  # without them: the data folder, as before
+
+
+def test_bad_lake_settings_are_refused_before_anything_is_opened(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="needs a data path"):
+        Config(catalog="postgres:dbname=x host=127.0.0.1")
+    with pytest.raises(ValidationError, match="give catalog too"):
+        Config(data_path=tmp_path / "files")
+    with pytest.raises(ValidationError, match="without the 'ducklake:' prefix"):
+        Config(catalog="ducklake:x.ducklake")
+    with pytest.raises(ValidationError, match="needs a connection string"):
+        Config(catalog="postgres:", data_path=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_local_catalog_keeps_its_files_beside_it(tmp_path: Path) -> None:
+    spec = Lake.of(str(tmp_path / "m.ducklake"), None)
+    assert spec.data_path == tmp_path / "m.ducklake.files"
+    assert not spec.shared
+    pg = Lake.of("postgres:dbname=x password=hunter2 user=u", tmp_path)
+    assert pg.shared
+    assert "hunter2" not in pg.shown
+    assert "hunter2" not in pg.describe()
+
+
+# -- the schema -----------------------------------------------------------------------------
+
+def _columns(con: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]:
+    return sorted(con.execute(
+        "SELECT table_name, column_name, data_type, is_nullable, column_default "
+        "FROM duckdb_columns() WHERE database_name = current_database()").fetchall())
+
+
+@pytest.fixture
+def lake_pair(tmp_path: Path) -> Iterator[tuple[duckdb.DuckDBPyConnection, ...]]:
+    """Two empty local lakes and one plain in-memory database."""
+    cons = [connect(Lake.of(str(tmp_path / f"{n}.ducklake"), None)) for n in ("a", "b")]
+    plain = duckdb.connect()
+    yield (*cons, plain)
+    for con in (*cons, plain):
+        con.close()
+
+
+def test_schema_sql_equals_all_migrations_on_a_lake(
+        lake_pair: tuple[duckdb.DuckDBPyConnection, ...]) -> None:
+    a, b, _ = lake_pair
+    migrations.create_from_schema(a, DIM, translate=ddl)
+    migrations.apply(b, DIM, translate=ddl)
+    cols = _columns(a)
+    assert len(cols) > 50
+    assert cols == _columns(b)
+    assert migrations.applied(a) == migrations.applied(b) == [n for n, _ in
+                                                              migrations.migration_files()]
+    seqs = a.execute("SELECT * FROM main._cce_sequences ORDER BY name").fetchall()
+    assert seqs == b.execute("SELECT * FROM main._cce_sequences ORDER BY name").fetchall()
+    declared = re.findall(r"CREATE SEQUENCE (\w+) START (\d+)", schema_sql())
+    assert seqs == sorted((name, int(start)) for name, start in declared)
+    assert ("note_ids", 1) in seqs
+
+
+def test_the_lake_has_the_file_stores_columns_with_lists_for_arrays(
+        lake_pair: tuple[duckdb.DuckDBPyConnection, ...]) -> None:
+    a, _, plain = lake_pair
+    migrations.create_from_schema(a, DIM, translate=ddl)
+    migrations.create_from_schema(plain, DIM)
+    # DuckLake keeps defaults as text: no default reads DEFAULT NULL, 0 reads '0'
+    on_lake = {(t, c, typ, n, _default(d)) for t, c, typ, n, d in _columns(a)
+               if t != "_cce_sequences"}
+    on_file = {(t, c, typ.replace(f"[{DIM}]", "[]"), n, _default(d))
+               for t, c, typ, n, d in _columns(plain)}
+    assert on_lake == on_file
+    assert ("notes", "vector", "TINYINT[]", False, None) in on_lake
+
+
+def _default(d: str | None) -> str | None:
+    return None if d in (None, "NULL") else str(d).strip("'")
+
+
+def test_ddl_drops_what_ducklake_lacks() -> None:
+    out = ddl("CREATE TABLE t (a VARCHAR PRIMARY KEY, v TINYINT[384] NOT NULL, "
+              "b INT, PRIMARY KEY (a, b));\nCREATE SEQUENCE s START 7;\n"
+              "CREATE UNIQUE INDEX i ON t (b);")
+    assert "PRIMARY" not in out
+    assert "INDEX" not in out
+    assert "[384]" not in out
+    assert "INSERT INTO main._cce_sequences VALUES ('s', 7);" in out
+    assert "v TINYINT[] NOT NULL" in out
+    assert "a VARCHAR NOT NULL," in out
+
+
+# -- the engine -----------------------------------------------------------------------------
+
+def test_write_read_reopen(lake: LakeSpec) -> None:
+    msgs = topic_messages()
+    with _engine(lake) as eng:
+        numbers = [eng.add_message(SID, m["role"], m["content"], m["timestamp"]) for m in msgs[:6]]
+        assert numbers == list(range(6))
+        assert eng.writer.commits == 6  # acknowledged = committed: one commit per sequential call
+        assert eng.ingest(SID, msgs) == list(range(6, len(msgs)))  # the first six are skipped
+        hit = eng.context(SID, "How much does a piano lesson cost?", max_tokens=300)
+        assert "thirty dollars" in hit.to_string()
+    with _engine(lake) as eng:  # another open sees everything, and counts on from there
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == len(msgs)
+        rows = eng.sql("SELECT session_id, turn_no, count(*) AS c FROM turns "
+                       "GROUP BY ALL HAVING c > 1")
+        assert rows.is_empty()  # the engine keeps (session, turn) unique itself
+        notes = eng.sql("SELECT note_id FROM notes ORDER BY note_id")["note_id"].to_list()
+        assert notes
+        assert len(set(notes)) == len(notes)
+        assert notes[0] == 1
+        assert eng.add_message(SID, "user", "And the trip?") == len(msgs)
+        hit = eng.context(SID, "Who brings the grill?", max_tokens=300)
+        assert "Marta" in hit.to_string()
+
+
+def test_pins_summaries_and_ids_without_sequences(lake: LakeSpec) -> None:
+    with _engine(lake) as eng:
+        eng.ingest(SID, topic_messages())
+        first = eng.pin(SID, "Always answer in French.")
+        second = eng.pin(SID, "The budget is 40000 euros.")
+        assert (first, second) == (1, 2)
+        summary = eng.close_session(SID)
+        assert summary
+        eng.close_session(SID)  # replaced, not duplicated
+        assert eng.sql("SELECT count(*) AS n FROM session_summaries")["n"][0] == 1
+
+
+def _load(eng: Engine) -> None:
+    eng.ingest(SID, topic_messages())
+    eng.add_message("s2", "user", "We moved the standup to nine thirty.")
+
+
+def test_every_macro_answers_on_the_lake_as_on_a_file(lake: LakeSpec, tmp_path: Path) -> None:
+    calls = {  # (times differ between the two stores: _answer leaves them out)
+        "cce_retrieve": f"FROM cce_retrieve('{SID}', 'How much is a piano lesson?')",
+        "cce_overview": f"FROM cce_overview('{SID}')",
+        "cce_turns": f"FROM cce_turns('{SID}')",
+        "cce_recent": f"FROM cce_recent('{SID}', 4)",
+        "cce_stats": "FROM cce_stats()",
+        "cce_forget_plan": f"FROM cce_forget_plan('{SID}', first_turn := 8, last_turn := 11)",
+        "cce_export": "SELECT kind, key, data->>'content' AS content, data->>'label' AS label "
+                      f"FROM cce_export('{SID}')",
+    }
+    assert set(calls) == set(CURRENT_MACROS)
+    with _engine(lake) as on_lake, Engine(data_dir=tmp_path / "folder", embedder="hash") as on_file:
+        _load(on_lake)
+        _load(on_file)
+        for name, sql in calls.items():
+            got, want = _answer(on_lake, sql), _answer(on_file, sql)
+            assert want.height > 0, name
+            assert got.equals(want), name
+
+
+def _answer(eng: Engine, sql: str) -> pl.DataFrame:
+    frame = read_only_query(eng, sql)  # the `cce sql` route: the sandbox, read-only
+    frame = frame.select(c for c in frame.columns if frame[c].dtype != pl.Datetime
+                         and c not in ("recency", "age_days"))
+    return frame.sort(frame.columns)
+
+
+# -- faults at start ------------------------------------------------------------------------
+
+def test_a_catalog_that_is_down_is_named_and_nothing_is_created(tmp_path: Path) -> None:
+    data = tmp_path / "files"
+    cfg = Config(data_dir=None, embedder="hash", data_path=data,
+                 catalog="postgres:dbname=lake_nowhere host=127.0.0.1 port=9 user=u "
+                         "password=secret-pw connect_timeout=2")
+    with pytest.raises(StorageError, match="lake catalog postgres:dbname=lake_nowhere") as err:
+        Engine(cfg)
+    assert "secret-pw" not in str(err.value)
+    assert not data.exists()
+
+
+def test_a_local_catalog_in_a_missing_folder_is_named(tmp_path: Path) -> None:
+    cfg = Config(data_dir=None, embedder="hash", catalog=str(tmp_path / "no" / "m.ducklake"))
+    with pytest.raises(StorageError, match=r"lake catalog .*m\.ducklake"):
+        Engine(cfg)
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_data_path_that_is_not_writable_is_named(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    cfg = Config(data_dir=None, embedder="hash", catalog=str(tmp_path / "m.ducklake"),
+                 data_path=blocker / "files")
+    with pytest.raises(StorageError, match=r"data path .*a-file/files .* not writable"):
+        Engine(cfg)
+    assert not (tmp_path / "m.ducklake").exists()
+
+
+class _AltHash(HashEmbedder):
+    name = "hash-alt"
+
+
+def test_another_embedder_on_the_same_lake_is_refused(lake: LakeSpec) -> None:
+    register_embedder(_AltHash.name, _AltHash)
+    with _engine(lake) as eng:
+        eng.add_message(SID, "user", "hello")
+        if lake.kind == "postgres":  # while the first is open (a local catalog allows one open)
+            with pytest.raises(EmbedderMismatchError, match="embedder 'hash'"):
+                _engine(lake, embedder="hash-alt")
+        else:
+            with pytest.raises(FolderInUseError, match="already open in this process"):
+                _engine(lake)
+    with pytest.raises(EmbedderMismatchError, match="embedder 'hash'"):
+        _engine(lake, embedder="hash-alt")
+
+
+# -- the command line -----------------------------------------------------------------------
+
+def test_cli_writes_and_queries_the_lake(lake: LakeSpec) -> None:
+    from typer.testing import CliRunner
+
+    from cce_duck.cli import app
+
+    runner = CliRunner()
+    where = ["--catalog", lake.catalog, "--data-path", str(lake.data_path)]
+    out = runner.invoke(app, [*where, "add", SID, "user", "The lake keeps Parquet files."],
+                        env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(app, [*where, "sql", "SELECT content FROM turns"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "The lake keeps Parquet files." in out.output
+    out = runner.invoke(app, [*where, "sql", "DELETE FROM turns"], env={"COLUMNS": "200"})
+    assert out.exit_code != 0  # the sandbox holds on the lake
+    with _engine(lake) as eng:
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 1
+    out = runner.invoke(app, ["sql", "SELECT 1 AS one"], env={"COLUMNS": "200"})
+    assert "no cce_duck store in" in out.output  # the next invocation: the data folder again

@@ -31,10 +31,13 @@ def read_only_query(engine: Engine, sql: str, params: list[Any] | None = None) -
         raise ValidationError("sql must be a non-empty string")
     if len(sql) > MAX_SQL_CHARS:
         raise ValidationError(f"sql longer than {MAX_SQL_CHARS} characters")
-    text = sandbox.read_only_statement(engine.store.con, sql)
-    if not engine.store.read_only:
+    store = engine.store
+    with store.reading():  # on the thread's own cursor, beside other reads and the writes
+        text = sandbox.read_only_statement(store.connection, sql)
+    if not store.read_only:
         engine.writer.flush(counts=True)  # the answer includes what is journaled
-    return sandbox.run_read_only(engine.store.con, text, params)
+    with store.reading():
+        return sandbox.run_read_only(store.connection, text, params)
 
 
 def macro_listing() -> pl.DataFrame:

@@ -113,23 +113,28 @@ def _index(store: Store, sid: str, cache: IndexCache | None) -> SessionIndex:
     write can have changed is used without asking the store. Raises :class:`NotFoundError`."""
     index = cache.current(store, sid) if cache is not None else None
     if index is None:
-        state = store.q("session_state", {"sid": sid}).fetchone()
-        if state is None:
+        def state() -> tuple[Any, ...] | None:
+            row = store.q("session_state", {"sid": sid}).fetchone()
+            return None if row is None else (row[1], int(row[0]))
+
+        index = (cache or IndexCache(0)).load(store, sid, state)
+        if index is None:
             raise NotFoundError(f"unknown session {sid!r}")
-        index = (cache or IndexCache(0)).get(store, sid, (state[1], int(state[0])))
     return index
 
 
 def build_context(store: Store, config: Config, req: ContextRequest, explain: bool = False,
-                  cache: IndexCache | None = None) -> ContextPayload:
+                  cache: IndexCache | None = None, index: SessionIndex | None = None
+                  ) -> ContextPayload:
     """Assemble the context for ``req`` (see the module docstring for the order).
 
-    ``cache`` keeps sessions' retrieval indexes between calls (a throwaway one is used without).
-    Raises :class:`NotFoundError` for an unknown session.
+    ``cache`` keeps sessions' retrieval indexes between calls (a throwaway one is used without);
+    ``index``: the session's index to use (one extended with journaled rows). Raises
+    :class:`NotFoundError` for an unknown session.
     """
     sid = req.session_id
     budget = _Budget(req.max_tokens)
-    index = _index(store, sid, cache)
+    index = index if index is not None else _index(store, sid, cache)
     next_turn = int(index.key[1])
     first = next_turn - req.last_turns if req.last_turns else None
 
@@ -550,7 +555,8 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
 
 def _overview(store: Store, sid: str, budget: _Budget, memory_paid: bool, memory_overhead: int
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
-    notes = store.con.execute("SELECT * FROM cce_overview(?)", [sid]).to_arrow_table().to_pylist()
+    notes = store.connection.execute("SELECT * FROM cce_overview(?)", [sid]).to_arrow_table(
+        ).to_pylist()
     if not notes:
         return [], [], memory_paid
     lines = [f"{_note_header(n)} {n['summary'].splitlines()[0] if n['summary'] else ''}"

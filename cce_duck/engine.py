@@ -24,7 +24,7 @@ from cce_duck.context import (
 )
 from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
 from cce_duck.explain import refine as refine_explain
-from cce_duck.index import IndexCache
+from cce_duck.index import IndexCache, SessionIndex
 from cce_duck.items import ItemStore, owns_items
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import (
@@ -292,13 +292,22 @@ class Engine(ManagementMixin):
 
     # -- reading ------------------------------------------------------------
 
-    def _existing(self, session_id: str) -> str:
+    def _existing(self, session_id: str, *, counts: bool = True) -> str:
         sid = validate_session_id(session_id)
-        if not self.store.read_only:
-            self.writer.flush(counts=True)  # reads of notes see how often they were retrieved
-        if self.store.q("session_row", {"sid": sid}).fetchone() is None:
-            raise NotFoundError(f"unknown session {sid!r}")
+        self._store_pending(counts=counts)  # reads of notes see how often they were retrieved
+        with self.store.reading():
+            if self.store.q("session_row", {"sid": sid}).fetchone() is None:
+                raise NotFoundError(f"unknown session {sid!r}")
         return sid
+
+    def _store_pending(self, *, counts: bool = False) -> None:
+        """Before a read: store what is journaled (and with ``counts`` the retrieval counts).
+        Without the write lock when nothing waits, so reads do not queue behind writes."""
+        if self.store.read_only:
+            return
+        w = self.writer
+        if w.pending_count() or self.store.failure is not None or (counts and w.counts_waiting()):
+            w.flush(counts=counts)
 
     def _request(self, sid: str, query: str, max_tokens: int | None, top_k: int | None,
                  since: datetime | str | None, until: datetime | str | None,
@@ -319,39 +328,44 @@ class Engine(ManagementMixin):
                 explain: bool = False) -> ContextPayload:
         """The token-capped context a model should receive before answering ``query``."""
         sid = validate_session_id(session_id)
-        if not self.store.read_only:
-            self._flush_for_context(sid)
+        index = None if self.store.read_only else self._flush_for_context(sid)
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
-        payload = build_context(self.store, self.config, req, explain=explain, cache=self.index)
+        with self.store.reading():
+            payload = build_context(self.store, self.config, req, explain=explain,
+                                    cache=self.index, index=index)
         refine_explain(payload, Window(req.since, req.until, req.last_turns))
         self._record_context(payload)
         if not self.store.read_only:
             self.writer.note_retrieved(sid, [n["note_id"] for n in payload.notes])
         return payload
 
-    def _flush_for_context(self, sid: str) -> None:
+    def _flush_for_context(self, sid: str) -> SessionIndex | None:
         """Store what is journaled, unless the only messages waiting are this session's and
         storing them would only add them: then the session's index takes them in from memory
-        and the tables get them with the next flush (by size, by time, any other read, close)."""
+        (and is returned) and the tables get them with the next flush (by size, by time, any
+        other read, close)."""
+        if not self.writer.pending_count() and self.store.failure is None:
+            return None  # nothing waits: no lock taken
         unstored = self.writer.unstored(sid)
-        if unstored is None or not self.index.take_unstored(
-                self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
-                batch_turns=self.config.live_batch_turns,
-                topics_to_write=self.writer.topics_to_write,
-                plan_notes=lambda *a: self.writer.plan_notes(sid, *a)):
+        index = None if unstored is None else self.index.take_unstored(
+            self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
+            batch_turns=self.config.live_batch_turns, topics_to_write=self.writer.topics_to_write,
+            plan_notes=lambda *a: self.writer.plan_notes(sid, *a))
+        if index is None:
             self.writer.flush()
+        return index
 
     def user_sessions(self, user_id: str) -> list[str]:
         """The user's sessions in time order (of their first turn); raises
         :class:`NotFoundError` for a user no session belongs to."""
         uid = validate_user_id(user_id)
-        if not self.store.read_only:
-            self.writer.flush()
+        self._store_pending()
         generation = self.store.generation
         memo = self._user_sessions.get(uid)
         if memo is not None and memo[0] == generation:  # no write since: the same order
             return list(memo[1])
-        sessions = [str(r[0]) for r in self.store.q("user_sessions", {"uid": uid}).fetchall()]
+        with self.store.reading():
+            sessions = [str(r[0]) for r in self.store.q("user_sessions", {"uid": uid}).fetchall()]
         if not sessions:
             raise NotFoundError(f"unknown user {uid!r}")
         if len(self._user_sessions) >= 256:
@@ -362,9 +376,9 @@ class Engine(ManagementMixin):
     def users(self) -> pl.DataFrame:
         """Every user with how many sessions and turns they have and their first and last turn's
         time."""
-        if not self.store.read_only:
-            self.writer.flush()
-        return self.store.frame("users")
+        self._store_pending()
+        with self.store.reading():
+            return self.store.frame("users")
 
     def export_user(self, user_id: str, path: str | Path, *, format: str = "json",
                     confined: bool = False) -> Path:
@@ -390,7 +404,8 @@ class Engine(ManagementMixin):
     def user_pins(self, user_id: str) -> pl.DataFrame:
         """The user's pins: ``pin_id, text, turn, created_at, updated_at``."""
         self.user_sessions(user_id)
-        return pins.list_pins(self.store, pins.user_owner(user_id))
+        with self.store.reading():
+            return pins.list_pins(self.store, pins.user_owner(user_id))
 
     def unpin_user(self, user_id: str, pin_id: int) -> None:
         """Remove a pin of the user."""
@@ -436,13 +451,15 @@ class Engine(ManagementMixin):
         sessions = self.user_sessions(user_id)
         sid = "" if session_id is None else validate_session_id(session_id)
         if sid:
-            owner = self.writer.user_of(sid)
-            if sid not in sessions and (owner is not None or self.writer.next_turn(sid)):
+            with self.store.write_lock:  # (the writer's view of the session)
+                owner, started = self.writer.user_of(sid), self.writer.next_turn(sid)
+            if sid not in sessions and (owner is not None or started):
                 raise ConflictError(f"session {sid!r} does not belong to user {user_id!r}")
         req = self._request(sid, query, max_tokens, top_k, since, until)
         own = [str(t) for t in self.user_pins(user_id)["text"]] if sid not in sessions else []
-        payload = build_user_context(self.store, self.config, req, sessions, cache=self.index,
-                                     explain=explain, user_pins=own, user_id=user_id)
+        with self.store.reading():
+            payload = build_user_context(self.store, self.config, req, sessions, cache=self.index,
+                                         explain=explain, user_pins=own, user_id=user_id)
         if not self.store.read_only:
             for n in payload.notes:
                 if n["note_id"] is not None:  # an overview lists sessions, not notes
@@ -457,9 +474,10 @@ class Engine(ManagementMixin):
         uid = validate_user_id(user_id)
         self.user_sessions(uid)
         window = Window.parse(since, until, None)
-        return self.store.con.execute(
-            "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
-            [uid, window.since, window.until]).pl()
+        with self.store.reading():
+            return self.store.con.execute(
+                "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
+                [uid, window.since, window.until]).pl()
 
     @property
     def items(self) -> ItemStore:
@@ -475,30 +493,36 @@ class Engine(ManagementMixin):
         """Ranked turns for ``query`` with their scores and text (the ``cce_retrieve`` ranking),
         optionally only those at or after ``since``, at or before ``until`` (ISO 8601) or among
         the last ``last_turns`` turns."""
-        sid = self._existing(session_id)
+        sid = self._existing(session_id, counts=False)
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("query must be a non-empty string")
         query = query.encode("utf-8", "replace").decode("utf-8")  # lone surrogates become '?'
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
             raise ValidationError("k must be a positive integer")
         window = Window.parse(since, until, last_turns)
-        hits = retrieve(self.store, self.config, sid, query, k=k, cache=self.index, window=window)
+        with self.store.reading():
+            hits = retrieve(self.store, self.config, sid, query, k=k, cache=self.index,
+                            window=window)
         return pl.DataFrame(hits, schema=SEARCH_SCHEMA, orient="row") if hits else pl.DataFrame(
             schema=SEARCH_SCHEMA)
 
     def sessions(self, user_id: str | None = None) -> pl.DataFrame:
         """Every session with its turn and note counts; with ``user_id`` only the user's, in
         time order (:meth:`user_sessions`; an unknown user raises :class:`NotFoundError`)."""
-        if user_id is not None:
-            order = pl.DataFrame({"session_id": self.user_sessions(user_id)})
-            return order.join(self.store.frame("sessions"), on="session_id", how="left",
-                              maintain_order="left")
-        self.writer.flush() if not self.store.read_only else None
-        return self.store.frame("sessions")
+        order = None if user_id is None else pl.DataFrame(
+            {"session_id": self.user_sessions(user_id)})
+        self._store_pending()
+        with self.store.reading():
+            frame = self.store.frame("sessions")
+        if order is None:
+            return frame
+        return order.join(frame, on="session_id", how="left", maintain_order="left")
 
     def notes(self, session_id: str) -> pl.DataFrame:
         """A session's notes (warm tier), in conversation order, without vectors."""
-        return self.store.frame("notes", {"sid": self._existing(session_id)})
+        sid = self._existing(session_id)
+        with self.store.reading():
+            return self.store.frame("notes", {"sid": sid})
 
     def turns(self, session_id: str) -> pl.DataFrame:
         """A session's turns with their tier (hot / pending / compressed)."""
@@ -540,10 +564,11 @@ class Engine(ManagementMixin):
     def stats(self, session_id: str | None = None) -> pl.DataFrame:
         """Sizes, tier occupancy and token savings per session (the ``cce_stats`` macro)."""
         if not self.store.read_only:
-            self.writer.flush()
+            self._store_pending()
             self._flush_context_calls()
-        df = self.store.con.execute("SELECT * FROM cce_stats(hot := ?)",
-                                    [self.config.hot_tier_max_turns]).pl()
+        with self.store.reading():
+            df = self.store.connection.execute("SELECT * FROM cce_stats(hot := ?)",
+                                               [self.config.hot_tier_max_turns]).pl()
         if session_id is not None:
             sid = self._existing(session_id)
             df = df.filter(pl.col("session_id") == sid)
@@ -551,7 +576,9 @@ class Engine(ManagementMixin):
 
     def summary(self, session_id: str) -> str | None:
         """The cold-tier summary of a closed session (``None`` while it is open)."""
-        row = self.store.q("summary", {"sid": self._existing(session_id)}).fetchone()
+        sid = self._existing(session_id, counts=False)
+        with self.store.reading():
+            row = self.store.q("summary", {"sid": sid}).fetchone()
         return None if row is None else str(row[0])
 
     def sql(self, query: str, params: list[Any] | None = None) -> pl.DataFrame:

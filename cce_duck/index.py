@@ -21,6 +21,7 @@ The cache holds a bounded number of bytes and drops the least recently used sess
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 from collections import OrderedDict
@@ -184,16 +185,35 @@ class SessionIndex:
         self.quotes[key] = (text, tokens)
         self.quote_bytes += len(text) + 120
 
+    def copied(self) -> SessionIndex:
+        """A copy that :meth:`extend` may change while other threads read this one (the arrays
+        it replaces are shared; those it changes in place are copied; the quote memo is shared:
+        a row's quotes do not change when rows are added)."""
+        new = copy.copy(self)
+        new.__dict__ = dict(self.__dict__)
+        new.note_id = self.note_id.copy()
+        new.notes = dict(self.notes)
+        new.role, new.speaker = list(self.role), list(self.speaker)
+        new.content, new.micro = list(self.content), list(self.micro)
+        new.uncompressed = list(self.uncompressed)
+        return new
+
     @classmethod
-    def load(cls, store: Store, sid: str, key: tuple[Any, ...]) -> SessionIndex:
+    def load(cls, store: Store, sid: str, key: tuple[Any, ...], *,
+             one_connection: bool = False) -> SessionIndex:
         """Read one session's index from the tables.
 
         Each table is read on its own and unordered (a join or an ORDER BY that carries the
-        384-byte vectors costs DuckDB several times the scan); rows are aligned here.
+        384-byte vectors costs DuckDB several times the scan); rows are aligned here. With
+        ``one_connection`` every table is read on the calling thread's connection (inside its
+        read transaction: one snapshot, the one ``key`` was read in).
         """
         # Sentences and postings are read on a second connection while this thread reads the
         # turns and message vectors (DuckDB runs without the GIL): 24 -> 19 ms for 1,000 turns.
-        side = _SIDE_READS.submit(_side_tables, store.reader(), sid)
+        if one_connection:
+            side: Any = _Done(_side_tables(store.connection, sid))
+        else:
+            side = _SIDE_READS.submit(_side_tables, store.reader(), sid)
         try:
             turns = store.q("index_turns", {"sid": sid}).to_arrow_table()
             mv = store.q("index_message_vectors", {"sid": sid}).to_arrow_table()
@@ -281,6 +301,8 @@ class SessionIndex:
         notes alike; only the vocabulary's order differs). ``False`` (the index unchanged) when
         the flush is not a plain continuation of the rows loaded: then it must be loaded again."""
         first, stop = int(self.key[1]), flushed.next_turn.get(sid, int(self.key[1]))
+        if stop < first:  # the index was read after these rows were stored: it is newer
+            return False
         # rows the index holds already (served from memory before they were stored) are skipped
         new = [i for i, t in enumerate(flushed.rows.turns)
                if t["session_id"] == sid and t["turn_no"] >= first]
@@ -716,6 +738,16 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
 _SIDE_READS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cce-index-load")
 
 
+class _Done:
+    """A result already computed, with the ``result()`` of a future."""
+
+    def __init__(self, value: tuple[pa.Table, pa.Table]) -> None:
+        self.value = value
+
+    def result(self) -> tuple[pa.Table, pa.Table]:
+        return self.value
+
+
 def _side_tables(reader: duckdb.DuckDBPyConnection, sid: str) -> tuple[pa.Table, pa.Table]:
     """A session's sentence rows and postings, read on ``reader`` (see `SessionIndex.load`)."""
     params = {"sid": sid}
@@ -731,7 +763,10 @@ def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, Sessi
     table (``sql/user_index.sql``), each one what :meth:`SessionIndex.load` gives: for a
     user's thousand sessions, a few large reads instead of six small ones per session."""
     params = {"sids": list(keys)}
-    side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
+    if store.connection is not store.con:  # a reading thread: its snapshot, its cursor
+        side: Any = _Done(_side_tables_many(store.connection, params))
+    else:
+        side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
     try:
         turns = _by_session(store.q("many_turns", params, source=USER_SQL).to_arrow_table())
         mv = _by_session(store.q("many_message_vectors", params, source=USER_SQL)
@@ -792,7 +827,12 @@ def _interned(column: pa.ChunkedArray) -> list[Any]:
 
 
 class IndexCache:
-    """Session indexes, least recently used dropped first past ``max_bytes``."""
+    """Session indexes, least recently used dropped first past ``max_bytes``.
+
+    Safe to use from several threads: an index handed out is never changed afterwards (a write
+    extends a copy and puts it in the index's place), so a reader keeps a consistent index for
+    as long as it uses it; a load reads the session's state and rows in one snapshot.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -815,25 +855,49 @@ class IndexCache:
         """The index of ``sid`` when no write committed since it was loaded (a store is the only
         writer of its file), else ``None``. Its ``key`` is then the session's state as stored,
         so a context needs no query to check it."""
-        idx = self._items.get(sid)
-        if idx is None or self._generation.get(sid) != store.generation:
-            return None
-        self._items.move_to_end(sid)
-        return idx
+        with self._lock:
+            idx = self._items.get(sid)
+            if idx is None or self._generation.get(sid) != store.generation:
+                return None
+            self._items.move_to_end(sid)
+            return idx
 
     def get(self, store: Store, sid: str, key: tuple[Any, ...]) -> SessionIndex:
-        """The index of ``sid``, (re)loaded when the session changed since it was built."""
-        idx = self._items.get(sid)
-        if idx is None or idx.key != key or self._generation.get(sid) != store.generation:
-            idx = SessionIndex.load(store, sid, key)
-            self.loads += 1
-            with self._lock:
-                self._items[sid] = idx
-                self._generation[sid] = store.generation
+        """The index of ``sid``, (re)loaded when the session changed since it was built (``key``
+        and the rows are read in one snapshot by the caller, or nothing writes meanwhile)."""
+        generation = store.generation  # before the rows are read: never newer than they are
         with self._lock:
-            self._items.move_to_end(sid)
+            idx = self._items.get(sid)
+            if idx is not None and idx.key == key and self._generation.get(sid) == generation:
+                self._items.move_to_end(sid)
+                return idx
+        idx = SessionIndex.load(store, sid, key, one_connection=store.connection is not store.con)
+        with self._lock:
+            self.loads += 1
+            if self._generation.get(sid, -1) <= generation:
+                self._items[sid] = idx
+                self._generation[sid] = generation
+                self._items.move_to_end(sid)
             self._evict()
         return idx
+
+    def load(self, store: Store, sid: str, state: Callable[[], tuple[Any, ...] | None]
+             ) -> SessionIndex | None:
+        """:meth:`get` with the key ``state()`` reads (``None``: no such session, and ``None`` is
+        returned), both in one read transaction on the thread's cursor inside
+        :meth:`Store.reading`."""
+        with store.snapshot():
+            key = state()
+            return None if key is None else self.get(store, sid, key)
+
+    def _publish(self, sid: str, old: SessionIndex, new: SessionIndex, generation: int) -> bool:
+        """Put ``new`` in the place of ``old`` when ``old`` is still the index of ``sid`` at
+        ``generation``."""
+        with self._lock:
+            if self._items.get(sid) is not old or self._generation.get(sid) != generation:
+                return False
+            self._items[sid] = new
+            return True
 
     def _evict(self) -> None:
         """Drop the least recently used indexes past ``max_bytes``; the sessions of the last
@@ -853,7 +917,7 @@ class IndexCache:
         """The indexes of ``sids`` (a user's sessions): those not current are loaded together
         (:func:`load_many`). Raises :class:`~cce_duck.errors.NotFoundError` for a session not
         stored."""
-        with self._lock:
+        with self._lock, store.snapshot():
             out = {sid: idx for sid in sids if (idx := self.current(store, sid)) is not None}
             todo = [sid for sid in sids if sid not in out]
             if todo:
@@ -893,62 +957,65 @@ class IndexCache:
 
     def take_unstored(self, store: Store, sid: str, unstored: Flushed, *, hot_turns: int,
                       batch_turns: int, topics_to_write: TopicRule,
-                      plan_notes: NotePlan | None = None) -> bool:
-        """Extend the current index of ``sid`` with journaled rows not stored yet. When storing
-        them would compress something (``batch_turns`` uncompressed turns or more older than
-        the ``hot_turns`` window, and a closed topic among them by ``topics_to_write``, the
-        flush's own rule, on the same turns and vectors), ``plan_notes`` computes those notes
-        now (the flush that stores the rows writes them) and the index takes them in too. A
-        context then reads what a flush would have left, without the flush. ``False`` when the
-        rows must be stored first (they may stay in the index: the flush that stores them
-        skips them)."""
+                      plan_notes: NotePlan | None = None) -> SessionIndex | None:
+        """The current index of ``sid`` extended with journaled rows not stored yet (on a copy,
+        put in its place). When storing them would compress something (``batch_turns``
+        uncompressed turns or more older than the ``hot_turns`` window, and a closed topic among
+        them by ``topics_to_write``, the flush's own rule, on the same turns and vectors),
+        ``plan_notes`` computes those notes now (the flush that stores the rows writes them) and
+        the index takes them in too. A context then reads what a flush would have left, without
+        the flush. ``None`` when the rows must be stored first (they may stay in the index: the
+        flush that stores them skips them)."""
+        generation = store.generation
         idx = self.current(store, sid)
         if idx is None or not self.extend_on_write:
-            return False
-        try:
-            if not idx.extend(unstored, sid):
-                return False
-            rows = np.flatnonzero((idx.note_id < 0)
-                                  & (idx.turn_no < int(idx.key[1]) - hot_turns))
-            if len(rows) < batch_turns:
-                return True
-            if any(idx.content[r] is None for r in rows):
-                return False
-            turns = [TopicTurn(int(idx.turn_no[r]), idx.role[r], idx.speaker[r],
-                               idx.content[r] or "", idx.ts[r].item()) for r in rows]
-            vecs = (idx.mvec[rows].astype(np.float32)
-                    / float(ranking.spec().vector_scale)).astype(np.float32)
-            groups = topics_to_write(turns, vecs)
-            if not groups:
-                return True
-            planned = None if plan_notes is None else plan_notes(
-                turns, [int(idx.tokens[r]) for r in rows], vecs, groups)
-            return planned is not None and idx.extend(planned, sid)
-        except BaseException:
-            self._items.pop(sid)
-            self._generation.pop(sid, None)
-            raise
+            return None
+        new = idx.copied()
+        if not new.extend(unstored, sid):
+            return None
+        self._publish(sid, idx, new, generation)
+        rows = np.flatnonzero((new.note_id < 0) & (new.turn_no < int(new.key[1]) - hot_turns))
+        if len(rows) < batch_turns:
+            return new
+        if any(new.content[r] is None for r in rows):
+            return None
+        turns = [TopicTurn(int(new.turn_no[r]), new.role[r], new.speaker[r], new.content[r] or "",
+                           new.ts[r].item()) for r in rows]
+        vecs = (new.mvec[rows].astype(np.float32) / float(ranking.spec().vector_scale)).astype(
+            np.float32)
+        groups = topics_to_write(turns, vecs)
+        if not groups:
+            return new
+        planned = None if plan_notes is None else plan_notes(
+            turns, [int(new.tokens[r]) for r in rows], vecs, groups)
+        if planned is None:
+            return None
+        with_notes = new.copied()
+        if not with_notes.extend(planned, sid):
+            return None
+        self._publish(sid, new, with_notes, generation)
+        return with_notes
 
     def advance(self, before: int, after: int, changed: set[str],
                 flushed: Flushed | None = None) -> None:
         """A write took the store from generation ``before`` to ``after`` and touched only
         ``changed``: the other indexes that were current stay valid, and those of ``changed``
-        that were current take in what the flush stored (``flushed``), else are dropped."""
-        for sid in list(self._items):
-            current = self._generation.get(sid) == before
-            if sid in changed:
-                try:
-                    extended = (current and flushed is not None and self.extend_on_write
-                                and self._items[sid].extend(flushed, sid))
-                except BaseException:  # half taken in: load it again on the next read
-                    self._items.pop(sid)
-                    self._generation.pop(sid, None)
-                    raise
-                if extended:
+        that were current take in what the flush stored (``flushed``; on a copy, put in their
+        place), else are dropped."""
+        with self._lock:
+            for sid in list(self._items):
+                generation = self._generation.get(sid)
+                if generation == after:  # loaded after the write committed
+                    continue
+                current = generation == before
+                if sid in changed:
+                    new = self._items[sid].copied() if current and self.extend_on_write else None
+                    if new is not None and flushed is not None and new.extend(flushed, sid):
+                        self._items[sid] = new
+                        self._generation[sid] = after
+                        self.extensions += 1
+                    else:
+                        self._items.pop(sid)
+                        self._generation.pop(sid, None)
+                elif current:
                     self._generation[sid] = after
-                    self.extensions += 1
-                else:
-                    self._items.pop(sid)
-                    self._generation.pop(sid, None)
-            elif current:
-                self._generation[sid] = after

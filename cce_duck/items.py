@@ -18,7 +18,6 @@ to LangGraph's ``BaseStore``; this module does not import LangGraph.
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from cce_duck.messages import MAX_CONTENT_CHARS, validate_session_id, validate_u
 from cce_duck.pins import user_owner
 from cce_duck.rows import quantize, registered
 from cce_duck.sqlfiles import query
-from cce_duck.store import Store
+from cce_duck.store import Store, WriteLock
 from cce_duck.text import cached_terms, query_terms
 
 __all__ = [
@@ -217,9 +216,9 @@ class ItemStore:
     """The items of one open :class:`~cce_duck.store.Store`; every call is one transaction or
     one read, serialised by ``lock`` (share the engine writer's lock)."""
 
-    def __init__(self, store: Store, lock: threading.RLock | None = None) -> None:
+    def __init__(self, store: Store, lock: WriteLock | None = None) -> None:
         self.store = store
-        self.lock = lock if lock is not None else threading.RLock()
+        self.lock = lock if lock is not None else store.write_lock
 
     def _q(self, name: str, params: dict[str, Any] | None = None) -> Any:
         return self.store.con.execute(query(name, _SQL), params)

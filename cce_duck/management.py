@@ -56,26 +56,31 @@ class ManagementMixin:
         """Remember the size of a built context; written in batches (stats, close, every 64)."""
         if self.store.read_only:
             return
-        calls = self._context_calls
-        calls.append({"session_id": payload.session_id, "called_at": now(),
-                      "max_tokens": payload.max_tokens, "tokens_sent": payload.tokens,
-                      "history_tokens": payload.history_tokens})
-        if len(calls) >= CALLS_BATCH:
+        self._context_calls.append({
+            "session_id": payload.session_id, "called_at": now(), "max_tokens": payload.max_tokens,
+            "tokens_sent": payload.tokens, "history_tokens": payload.history_tokens})
+        if len(self._context_calls) >= CALLS_BATCH:
             self._flush_context_calls()
 
     def _flush_context_calls(self) -> None:
-        calls = self._context_calls
-        if not calls or self.store.read_only:
+        if not self._context_calls or self.store.read_only:
             return
-        tbl = pa.Table.from_pylist(calls, schema=pa.schema([
-            ("session_id", pa.string()), ("called_at", pa.timestamp("us")),
-            ("max_tokens", pa.int32()), ("tokens_sent", pa.int32()),
-            ("history_tokens", pa.int32())]))
-        before = self.store.generation
-        with self.store.transaction() as con, registered(con, _b_calls=tbl):
-            self.store.q("insert_context_calls")
-        self.index.advance(before, self.store.generation, set())  # no session's memory changed
-        calls.clear()
+        with self.store.write_lock:  # (contexts are recorded by reading threads)
+            calls, self._context_calls = self._context_calls, []
+            if not calls:
+                return
+            tbl = pa.Table.from_pylist(calls, schema=pa.schema([
+                ("session_id", pa.string()), ("called_at", pa.timestamp("us")),
+                ("max_tokens", pa.int32()), ("tokens_sent", pa.int32()),
+                ("history_tokens", pa.int32())]))
+            before = self.store.generation
+            try:
+                with self.store.transaction() as con, registered(con, _b_calls=tbl):
+                    self.store.q("insert_context_calls")
+            except BaseException:
+                self._context_calls[:0] = calls
+                raise
+            self.index.advance(before, self.store.generation, set())  # no session's memory changed
 
     # -- pins ---------------------------------------------------------------
 

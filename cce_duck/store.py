@@ -7,6 +7,7 @@ import importlib.abc
 import importlib.util
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,7 +49,7 @@ from cce_duck.sqlfiles import (
 )
 from cce_duck.version import __version__
 
-__all__ = ["DB_FILE", "Store"]
+__all__ = ["DB_FILE", "Gate", "Store", "WriteLock"]
 
 
 class _AbsentPandas(importlib.abc.MetaPathFinder):
@@ -78,9 +79,83 @@ _STORAGE = re.compile(r"No space left|Disk quota|Input/output error|Read-only fi
                       r"invalidated", re.I)
 
 
+class WriteLock:
+    """A re-entrant lock that knows whether the calling thread holds it: every use of the
+    store's own connection (writes, and the reads inside them) runs holding it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._mine = threading.local()
+
+    def __enter__(self) -> WriteLock:
+        self._lock.acquire()
+        self._mine.depth = getattr(self._mine, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._mine.depth -= 1
+        self._lock.release()
+
+    def held(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return bool(getattr(self._mine, "depth", 0))
+
+
+class Gate:
+    """Readers share it; reopening the database (which closes every cursor) waits until no
+    reader is inside and keeps new ones out until it is done."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._closing = 0  # threads waiting for, or holding, the exclusive side
+        self._owner: int | None = None  # the thread holding the exclusive side
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """Inside: the database is not reopened (by another thread)."""
+        if self._owner == threading.get_ident():
+            yield
+            return
+        with self._cond:
+            while self._closing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Inside: no reader is in :meth:`shared`."""
+        with self._cond:
+            self._closing += 1
+            while self._readers:
+                self._cond.wait()
+            self._owner = threading.get_ident()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._owner = None
+                self._closing -= 1
+                self._cond.notify_all()
+
+
 class Store:
     """An open data folder, a lake (``lake``: see :mod:`cce_duck.lake`; ``data_dir`` is then
-    ``None``) or an in-memory store (``data_dir`` and ``lake`` both ``None``)."""
+    ``None``) or an in-memory store (``data_dir`` and ``lake`` both ``None``).
+
+    Threads: writes (and reads that must see a write of their own transaction) run on the
+    store's connection :attr:`con` holding :attr:`write_lock`, one at a time. Reads inside
+    :meth:`reading` run on a cursor of their own (DuckDB's snapshot isolation: a read sees what
+    was committed when it started, never part of a transaction), in parallel with each other
+    and with writes; see docs/concurrency.md. (On a lake every read stays on :attr:`con`.)
+    """
 
     def __init__(
         self,
@@ -120,6 +195,14 @@ class Store:
                 "Engine (or close it first)"
             )
         self._reader: duckdb.DuckDBPyConnection | None = None
+        #: Held for every use of :attr:`con` (writes): see the class docstring.
+        self.write_lock = WriteLock()
+        self._gate = Gate()
+        self._local = threading.local()  # .reading (depth), .cursor, .epoch, .snapshot
+        self._epoch = 0  # moves when the connection is replaced: older cursors are closed
+        self._cursors: list[duckdb.DuckDBPyConnection] = []  # every reader cursor made
+        self._idle: list[duckdb.DuckDBPyConnection] = []  # those no thread reads on now
+        self._cursors_lock = threading.Lock()
         self.con = self._connect()
         try:
             self.embedder = self._prepare(embedder)
@@ -354,15 +437,101 @@ class Store:
         self._install_macros(cur)
         return cur
 
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Reads in this block run on a cursor of their own (taken from a pool: making one
+        installs the macros, ~0.1 s), beside other threads' reads and writes; the database is
+        not reopened meanwhile. A thread holding :attr:`write_lock` keeps reading on :attr:`con`
+        (its own transaction's view). Nothing in the block may wait for :attr:`write_lock`."""
+        local = self._local
+        depth = getattr(local, "reading", 0)
+        if depth:
+            local.reading = depth + 1
+            try:
+                yield
+            finally:
+                local.reading = depth
+            return
+        with self._gate.shared():
+            local.reading, local.cursor = 1, None
+            try:
+                yield
+            finally:
+                cur, local.reading, local.cursor = local.cursor, 0, None
+                if cur is not None:
+                    self._give_back(cur, local.epoch)
+
+    def _give_back(self, cur: duckdb.DuckDBPyConnection, epoch: int) -> None:
+        """Return a cursor to the pool, its last result closed (an open result would keep its
+        transaction, and so every version it sees, alive)."""
+        with contextlib.suppress(duckdb.Error):
+            cur.fetchall()
+        with self._cursors_lock:
+            if epoch == self._epoch:
+                self._idle.append(cur)
+                return
+        with contextlib.suppress(duckdb.Error):
+            cur.close()
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The connection the calling thread reads on: a cursor of its own inside
+        :meth:`reading` (unless it holds :attr:`write_lock`), else :attr:`con`."""
+        local = self._local
+        if (not getattr(local, "reading", 0) or self.write_lock.held() or self._detached
+                or self.lake is not None):
+            return self.con
+        cur: duckdb.DuckDBPyConnection | None = local.cursor
+        if cur is None:
+            with self._cursors_lock:
+                cur = self._idle.pop() if self._idle else None
+                epoch = self._epoch
+            if cur is None:
+                cur = self.cursor()
+                with self._cursors_lock:
+                    self._cursors.append(cur)
+            local.cursor, local.epoch = cur, epoch
+        return cur
+
+    def _close_cursors(self) -> None:
+        """Close the readers' cursors (the connection is about to be replaced or closed; no
+        reader is inside :meth:`reading`)."""
+        with self._cursors_lock:
+            cursors, self._cursors, self._idle = self._cursors, [], []
+            self._epoch += 1
+        for cur in cursors:
+            with contextlib.suppress(duckdb.Error):
+                cur.close()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads in this block see one snapshot: a read transaction on the thread's cursor inside
+        :meth:`reading` (rolled back at the end); elsewhere nothing (the caller holds the write
+        lock, or no other thread writes)."""
+        con = self.connection
+        local = self._local
+        if con is self.con or getattr(local, "snapshot", False):
+            yield
+            return
+        con.execute("BEGIN TRANSACTION")
+        local.snapshot = True
+        try:
+            yield
+        finally:
+            local.snapshot = False
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+
     def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None, *,
           source: str = "queries.sql") -> Any:
-        """Run the named query ``name`` from ``sql/queries.sql`` (or ``sql/<source>``)."""
+        """Run the named query ``name`` from ``sql/queries.sql`` (or ``sql/<source>``) on
+        :attr:`connection`."""
         if self._detached and self.failure is not None:
             raise self.failure
         try:
             if self.lake is not None:
                 return self._script(lake_query(name, source), params)
-            return self.con.execute(query(name, source), params)
+            return self.connection.execute(query(name, source), params)
         except duckdb.Error as exc:
             err = self.failed(exc)
             if err is exc:
@@ -408,6 +577,21 @@ class Store:
         if self.data_dir is None and self.lake is None:  # in memory: nothing to reopen
             raise StorageError(f"{self.failure}; an in-memory store cannot be reopened: restart "
                                "the process", recoverable=False)
+        with self._exclusive():
+            if self.failure is not None:
+                self._reopen_failed()
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Holding the write lock, with no reader inside :meth:`reading` (the connection may be
+        replaced)."""
+        if getattr(self._local, "reading", 0):
+            raise RuntimeError("the database cannot be reopened from inside Store.reading()")
+        with self.write_lock, self._gate.exclusive():
+            yield
+
+    def _reopen_failed(self) -> None:
+        self._close_cursors()
         self._close_reader()
         with contextlib.suppress(duckdb.Error):  # an invalidated database may refuse its own
             self.con.close()                     # close; the handle is gone anyway
@@ -434,7 +618,7 @@ class Store:
               ) -> pl.DataFrame:
         """A Polars frame from a named query or a SQL string."""
         sql = sql_or_name if " " in sql_or_name else self.sql(sql_or_name)
-        return self.con.execute(sql, params).pl()
+        return self.connection.execute(sql, params).pl()
 
     @contextmanager
     def transaction(self, *, sessions: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -443,23 +627,24 @@ class Store:
         :attr:`generation` stays and those indexes stay valid."""
         if self.read_only:
             raise CCEError("this store is open read-only")
-        self.recover()
-        self._run("BEGIN")
-        try:
-            yield self.con
-        except BaseException as exc:
+        with self.write_lock:
+            self.recover()
+            self._run("BEGIN")
             try:
-                self.con.execute("ROLLBACK")
-            except duckdb.Error:
-                if not isinstance(self.failed(exc), StorageError):
+                yield self.con
+            except BaseException as exc:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    if not isinstance(self.failed(exc), StorageError):
+                        raise
+                err = self.failed(exc)
+                if err is exc:
                     raise
-            err = self.failed(exc)
-            if err is exc:
-                raise
-            raise err from exc
-        self._run("COMMIT")
-        if sessions:
-            self.generation += 1
+                raise err from exc
+            self._run("COMMIT")
+            if sessions:
+                self.generation += 1
 
     def _run(self, sql: str) -> None:
         try:
@@ -483,44 +668,51 @@ class Store:
 
     def reconnect(self, between: Callable[[], None] | None = None) -> None:
         """Close the connection, run ``between`` (for example a file swap), open it again with
-        the UDFs and macros. Cursors taken before are invalid afterwards."""
-        if self.lake is None:
-            self.con.execute("CHECKPOINT")
-        self._close_reader()
-        self.con.close()
-        try:
-            if between is not None:
-                between()
-        finally:
-            self.con = self._connect()
-            self.install(self.con)
+        the UDFs and macros. Cursors taken before are invalid afterwards (the readers' pooled
+        cursors are closed here, once no thread reads: see :meth:`reading`)."""
+        with self._exclusive():
+            self._close_cursors()
+            if self.lake is None:
+                self.con.execute("CHECKPOINT")
+            self._close_reader()
+            self.con.close()
+            try:
+                if between is not None:
+                    between()
+            finally:
+                self.con = self._connect()
+                self.install(self.con)
 
     def close(self) -> None:
         """Checkpoint (when writable) and close; after a storage failure it never raises (the
         WAL and the journal keep what the checkpoint could not write)."""
-        try:
-            if not self.read_only and self.data_dir is not None and self.failure is None:
-                self.con.execute("CHECKPOINT")
-        except duckdb.Error as exc:
-            if not isinstance(self.failed(exc), StorageError):
-                raise
-        finally:
-            self._close_reader()
+        with self._exclusive():
+            self._close_cursors()
             try:
-                self.con.close()
+                if not self.read_only and self.data_dir is not None and self.failure is None:
+                    self.con.execute("CHECKPOINT")
             except duckdb.Error as exc:
                 if not isinstance(self.failed(exc), StorageError):
                     raise
             finally:
-                folder.mark_closed(self._key or "")
+                self._close_cursors()
+                self._close_reader()
+                try:
+                    self.con.close()
+                except duckdb.Error as exc:
+                    if not isinstance(self.failed(exc), StorageError):
+                        raise
+                finally:
+                    folder.mark_closed(self._key or "")
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A second connection for plain reads that run beside this one's (the retrieval index
         reads two tables at once); made on first use, closed with the store. Only one thread
         may use it at a time."""
-        if self._reader is None:
-            self._reader = self.new_cursor()
-        return self._reader
+        with self._cursors_lock:
+            if self._reader is None:
+                self._reader = self.new_cursor()
+            return self._reader
 
     def new_cursor(self) -> duckdb.DuckDBPyConnection:
         """A new connection of the instance, on the store's catalog (a lake's is not the

@@ -33,7 +33,7 @@ from cce_duck.folder import JOURNAL_FILE
 from cce_duck.journal import Journal
 from cce_duck.messages import Message
 from cce_duck.rows import Flushed, TurnRows, content_hash, registered, vectors_of
-from cce_duck.store import Store
+from cce_duck.store import Store, WriteLock
 from cce_duck.summariser import FreshNote, Summariser
 from cce_duck.text import estimate_tokens
 
@@ -60,13 +60,14 @@ class Writer:
         self._buffered_at = 0.0  # when the buffer's oldest message arrived (monotonic)
         #: client ids of buffered messages: (session, id) -> (turn, role, content hash)
         self._ids: dict[tuple[str, str], tuple[int, str, int]] = {}
-        self._lock = threading.RLock()  # adding and flushing, one thread at a time
+        self._lock = store.write_lock  # adding and flushing, one thread at a time
         self.journal: Journal | None = None
         self._recoveries = store.recoveries
         self._retry_at = 0.0
         # session -> (term df, documents), for note labels; the most recently used few only
         self._df: OrderedDict[str, tuple[Counter[str], int]] = OrderedDict()
         self._retrieved: Counter[tuple[str, int]] = Counter()  # (session, note) -> times in a context
+        self._retrieved_lock = threading.Lock()  # counted by readers, without the write lock
         #: Called after each flush with (generation before, generation after, sessions written).
         self.on_flush: Callable[[int, int, set[str]], None] | None = None
         #: The model summariser (``summariser="llm"``), else ``None`` (extractive summaries).
@@ -101,7 +102,7 @@ class Writer:
                 raise
 
     @property
-    def lock(self) -> threading.RLock:
+    def lock(self) -> WriteLock:
         """The lock adding and flushing hold: writes outside the writer that share the store's
         connection (store items) hold it too."""
         return self._lock
@@ -448,16 +449,29 @@ class Writer:
 
     def note_retrieved(self, session_id: str, note_ids: Iterable[int | None]) -> None:
         """Count that notes went into a context; stored with the next flush, not per query."""
-        self._retrieved.update((session_id, int(i)) for i in note_ids if i is not None)
+        keys = [(session_id, int(i)) for i in note_ids if i is not None]
+        if keys:
+            with self._retrieved_lock:
+                self._retrieved.update(keys)
 
     def _bump(self, con: Any) -> None:
-        keys = list(self._retrieved)
-        with registered(con, _b_bump=pa.table({
-                "session_id": [k[0] for k in keys],
-                "note_id": pa.array([k[1] for k in keys], pa.int64()),
-                "n": pa.array([self._retrieved[k] for k in keys], pa.int32())})):
-            self.store.q("bump_retrieval_batch")
-        self._retrieved.clear()
+        with self._retrieved_lock:
+            counts, self._retrieved = self._retrieved, Counter()
+        keys = list(counts)
+        try:
+            with registered(con, _b_bump=pa.table({
+                    "session_id": [k[0] for k in keys],
+                    "note_id": pa.array([k[1] for k in keys], pa.int64()),
+                    "n": pa.array([counts[k] for k in keys], pa.int32())})):
+                self.store.q("bump_retrieval_batch")
+        except BaseException:
+            with self._retrieved_lock:
+                self._retrieved.update(counts)  # counted again with the next flush
+            raise
+
+    def counts_waiting(self) -> bool:
+        """Whether retrieval counts wait to be stored."""
+        return bool(self._retrieved)
 
     def pending_count(self) -> int:
         """Messages journaled but not yet in the tables."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from typing import Literal, Protocol, runtime_checkable
 
@@ -49,6 +50,7 @@ class CachedEmbedder:
         self._max = max_items
         self.calls = 0
         self.texts_embedded = 0
+        self._lock = threading.Lock()
 
     def embed(self, texts: list[str], kind: Kind = "passage") -> Matrix:
         """Embed ``texts``, reusing cached vectors."""
@@ -56,23 +58,25 @@ class CachedEmbedder:
         keys = [hashlib.blake2b(f"{kind}\0{t}".encode("utf-8", "surrogatepass"),
                                 digest_size=16).digest() for t in texts]
         todo: dict[bytes, list[int]] = {}
-        for i, k in enumerate(keys):
-            hit = self._cache.get(k)
-            if hit is not None:
-                self._cache.move_to_end(k)
-                out[i] = hit
-            else:
-                todo.setdefault(k, []).append(i)
+        with self._lock:  # (reading threads embed their queries at once; the model runs outside)
+            for i, k in enumerate(keys):
+                hit = self._cache.get(k)
+                if hit is not None:
+                    self._cache.move_to_end(k)
+                    out[i] = hit
+                else:
+                    todo.setdefault(k, []).append(i)
         if todo:
             firsts = sorted(todo.values(), key=lambda idx: len(texts[idx[0]]))
             vecs = self.inner.embed([texts[idx[0]] for idx in firsts], kind)
-            self.calls += 1
-            self.texts_embedded += len(firsts)
-            for idx, vec in zip(firsts, vecs, strict=True):
-                out[idx] = vec
-                self._cache[keys[idx[0]]] = vec
-            while len(self._cache) > self._max:
-                self._cache.popitem(last=False)
+            with self._lock:
+                self.calls += 1
+                self.texts_embedded += len(firsts)
+                for idx, vec in zip(firsts, vecs, strict=True):
+                    out[idx] = vec
+                    self._cache[keys[idx[0]]] = vec
+                while len(self._cache) > self._max:
+                    self._cache.popitem(last=False)
         return out
 
     def embed_message(self, text: str, spans: list[tuple[int, int]]) -> tuple[Matrix, Matrix]:
@@ -88,9 +92,10 @@ class CachedEmbedder:
             whole, parts = spans_fn(text, spans)
             key = hashlib.blake2b(f"passage\0{text}".encode("utf-8", "surrogatepass"),
                                   digest_size=16).digest()
-            self._cache[key] = whole[0]
-            self.calls += 1
-            self.texts_embedded += 1
+            with self._lock:
+                self._cache[key] = whole[0]
+                self.calls += 1
+                self.texts_embedded += 1
             return whole, parts
         mat = self.embed([text, *(text[a:b] for a, b in spans)])
         return mat[:1], mat[1:]

@@ -58,11 +58,18 @@ ERASE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_
 
 
 class _Engine(Serialized):
-    """The server's engine (tool calls run one at a time); library errors become tool errors."""
+    """The server's engine (writes one at a time, reads beside them); library errors become
+    tool errors."""
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
             return super().call(fn, *args, **kwargs)
+        except CCEError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from None
+
+    def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return super().read(fn, *args, **kwargs)
         except CCEError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
@@ -149,12 +156,12 @@ def build_server(engine: Engine) -> MCPServer[Any]:
                              user_id: UserId = None) -> CallToolResult:
         """The context to read before answering the question (the text; JSON with explain)."""
         if user_id is None:
-            payload = eng.call(e.context, session_id, query, max_tokens=max_tokens, top_k=top_k,
+            payload = eng.read(e.context, session_id, query, max_tokens=max_tokens, top_k=top_k,
                                since=since, until=until, last_turns=last_turns, explain=explain)
         elif last_turns is not None:
             raise ToolError("last_turns applies to one session: leave it out with user_id")
         else:  # across the user's sessions, answered in session_id
-            payload = eng.call(e.user_context, user_id, query, session_id=session_id,
+            payload = eng.read(e.user_context, user_id, query, session_id=session_id,
                                max_tokens=max_tokens, top_k=top_k, since=since, until=until,
                                explain=explain)
         out: dict[str, Any] = {"context": payload.to_string(), "tokens": payload.tokens,
@@ -175,7 +182,7 @@ def build_server(engine: Engine) -> MCPServer[Any]:
                    since: Time = None, until: Time = None, last_turns: Turns = None
                    ) -> dict[str, Any]:
         """The turns that best match a query, best first, with their scores and text."""
-        hits = eng.call(e.search, session_id, query, k, since=since, until=until,
+        hits = eng.read(e.search, session_id, query, k, since=since, until=until,
                         last_turns=last_turns)
         return {"session_id": session_id, "hits": _rounded(_jsonable(hits.to_dicts()))}
 
@@ -187,7 +194,7 @@ def build_server(engine: Engine) -> MCPServer[Any]:
     @server.tool(annotations=READ)
     def cce_session_stats(session_id: SessionId) -> dict[str, Any]:
         """Sizes, tiers and compression of one session."""
-        rows: list[dict[str, Any]] = eng.call(e.stats, session_id).to_dicts()
+        rows: list[dict[str, Any]] = eng.read(e.stats, session_id).to_dicts()
         return _jsonable(rows[0]) if rows else {"session_id": session_id}
 
     @server.tool(annotations=STORE)
@@ -198,9 +205,7 @@ def build_server(engine: Engine) -> MCPServer[Any]:
     @server.tool(annotations=READ)
     def cce_list_sessions(user_id: UserId = None) -> dict[str, Any]:
         """Every session (or a user's, in time order) with its turn and note counts."""
-        if user_id is None:
-            return {"sessions": _jsonable(eng.call(e.sessions).to_dicts())}
-        return {"sessions": _jsonable(eng.call(e.sessions, user_id=user_id).to_dicts())}
+        return {"sessions": _jsonable(eng.read(e.sessions, user_id).to_dicts())}
 
     @server.tool(annotations=READ)
     def cce_stateless_compress(messages: Annotated[list[ChatMessageIn], Field(min_length=1,
@@ -215,7 +220,7 @@ def build_server(engine: Engine) -> MCPServer[Any]:
     @server.tool(annotations=READ)
     def cce_sql(sql: Annotated[str, Field(min_length=1, max_length=100_000)]) -> dict[str, Any]:
         """One read-only SQL statement (SELECT or EXPLAIN), sandboxed to the memory's tables."""
-        df = eng.call(read_only_query, e, sql)
+        df = eng.read(read_only_query, e, sql)
         return {"columns": df.columns, "rows": _jsonable([list(r) for r in df.rows()])}
 
     _manage_tools(server, eng, e)

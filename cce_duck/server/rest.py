@@ -51,7 +51,7 @@ def list_sessions(g: G, who: Who, user_id: Annotated[str | None, Query(max_lengt
     in time order (404 for an unknown user, 403 for a key outside it)."""
     if user_id is not None:
         who.check_user(user_id)
-    rows = frame_rows(g.call(g.engine.sessions, user_id))
+    rows = frame_rows(g.read(g.engine.sessions, user_id))
     return {"sessions": [r for r in rows if who.allows(str(r["session_id"]), r["user_id"])]}
 
 
@@ -69,7 +69,7 @@ def add_messages(session_id: str, body: MessagesIn, g: G, who: Who) -> dict[str,
 @router.post("/sessions/{session_id}/context", tags=["sessions"])
 def context(sid: Sid, body: ContextIn, g: G) -> dict[str, Any]:
     """The token-capped context for the question about to be asked."""
-    payload = g.call(g.engine.context, sid, body.query, max_tokens=body.max_tokens,
+    payload = g.read(g.engine.context, sid, body.query, max_tokens=body.max_tokens,
                      top_k=body.top_k, since=body.since, until=body.until,
                      last_turns=body.last_turns, explain=body.explain)
     return payload.to_dict()
@@ -80,7 +80,7 @@ def user_context(user_id: Uid, body: UserContextIn, g: G, who: Who) -> dict[str,
     """The token-capped context across every session of a user (404 for an unknown user, 409
     for a ``session_id`` of another user; 403 for a key outside the user or that session)."""
     check_answering_session(who, g, user_id, body.session_id)
-    payload = g.call(g.engine.user_context, user_id, body.query, session_id=body.session_id,
+    payload = g.read(g.engine.user_context, user_id, body.query, session_id=body.session_id,
                      max_tokens=body.max_tokens, top_k=body.top_k, since=body.since,
                      until=body.until, explain=body.explain)
     return {"user_id": user_id, **payload.to_dict()}
@@ -89,7 +89,7 @@ def user_context(user_id: Uid, body: UserContextIn, g: G, who: Who) -> dict[str,
 @router.post("/sessions/{session_id}/search", tags=["sessions"])
 def search(sid: Sid, body: SearchIn, g: G) -> dict[str, Any]:
     """The best-ranked turns for ``query`` with their scores and text, best first."""
-    hits = g.call(g.engine.search, sid, body.query, body.k, since=body.since, until=body.until,
+    hits = g.read(g.engine.search, sid, body.query, body.k, since=body.since, until=body.until,
                   last_turns=body.last_turns)
     return {"session_id": sid, "hits": frame_rows(hits)}
 
@@ -97,13 +97,13 @@ def search(sid: Sid, body: SearchIn, g: G) -> dict[str, Any]:
 @router.get("/sessions/{session_id}/summary", tags=["sessions"])
 def summary(sid: Sid, g: G) -> dict[str, Any]:
     """The cold-tier summary of a closed session (``null`` while it is open)."""
-    return {"session_id": sid, "summary": g.call(g.engine.summary, sid)}
+    return {"session_id": sid, "summary": g.read(g.engine.summary, sid)}
 
 
 @router.get("/sessions/{session_id}/stats", tags=["sessions"])
 def stats(sid: Sid, g: G) -> dict[str, Any]:
     """Sizes, tiers and compression of one session."""
-    rows = frame_rows(g.call(g.engine.stats, sid))
+    rows = frame_rows(g.read(g.engine.stats, sid))
     return rows[0] if rows else {"session_id": sid}
 
 
@@ -119,7 +119,7 @@ def list_users(g: G, who: Who) -> dict[str, Any]:
     users; 403 for a key limited to sessions)."""
     if not who.user_patterns:
         who.require_admin()
-    rows = frame_rows(g.call(g.engine.users))
+    rows = frame_rows(g.read(g.engine.users))
     return {"users": [r for r in rows if who.allows_user(str(r["user_id"]))]}
 
 
@@ -128,7 +128,7 @@ def user_overview(user_id: Uid, g: G, since: Annotated[str | None, Query(max_len
                   until: Annotated[str | None, Query(max_length=64)] = None) -> dict[str, Any]:
     """What the user talked about: their sessions in time order with summaries and topics,
     those with a turn in ``since``..``until`` (ISO 8601; 404 for an unknown user)."""
-    rows = frame_rows(g.call(g.engine.user_overview, user_id, since=since, until=until))
+    rows = frame_rows(g.read(g.engine.user_overview, user_id, since=since, until=until))
     return {"user_id": user_id, "sessions": rows}
 
 
@@ -177,7 +177,7 @@ def sql(body: SqlIn, g: G, who: Who) -> dict[str, Any]:
     """One read-only SQL statement over the store (admin keys only), in the SQL sandbox (see
     docs/security.md); used by ``cce sql``."""
     who.require_admin()
-    df = g.call(read_only_query, g.engine, body.sql)
+    df = g.read(read_only_query, g.engine, body.sql)
     return {"columns": df.columns, "types": [str(t) for t in df.dtypes], "rows": df.rows()}
 
 

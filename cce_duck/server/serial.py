@@ -1,8 +1,7 @@
-"""One engine, one DuckDB connection: the adapters' calls into it run one at a time."""
+"""One engine shared by the adapters' threads: writes run one at a time, reads in parallel."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -14,14 +13,28 @@ T = TypeVar("T")
 
 
 class Serialized:
-    """An engine whose calls through :meth:`call` run one at a time (REST, proxy and MCP)."""
+    """An engine shared by the threads of a server (REST, proxy and MCP).
+
+    :meth:`call` runs a call that may write, one at a time (holding the store's write lock);
+    :meth:`read` runs a read beside other reads and writes, on the thread's own DuckDB cursor
+    (see docs/concurrency.md).
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._lock = threading.Lock()
+        self._lock = engine.store.write_lock
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn`` while holding the engine lock; the journal sync its writes need runs after
+        """Run ``fn`` while holding the write lock; the journal sync its writes need runs after
         the lock is released, shared with concurrent calls (group commit)."""
         with self.engine.deferred_sync(), self._lock:
             return fn(*args, **kwargs)
+
+    def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn``, one of the engine's reads made safe beside other threads (``context``,
+        ``user_context``, ``search``, ``sessions``, ``users``, ``stats``, ``summary``,
+        :func:`~cce_duck.adhoc.read_only_query`), without the write lock. On a lake (one
+        connection to its catalog) reads are serialised with the writes, as :meth:`call`."""
+        if self.engine.store.lake is not None:
+            return self.call(fn, *args, **kwargs)
+        return fn(*args, **kwargs)

@@ -1,0 +1,255 @@
+"""Reads in parallel, writes in order: many threads on one engine, and many clients on a real
+REST server, against a single-threaded engine given the same history.
+
+Each writer owns a session: it adds messages (with client ids, some sent twice as a retry would)
+and asks for its session's context after each one. Readers ask for contexts of sessions stored
+before the run, search them and run SQL. Afterwards every acknowledged message is stored once
+under the turn number it was given, and every context any thread got equals what a
+single-threaded engine answers for the same history at the same point.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from servers import cce_server
+
+from cce_duck import Engine
+from cce_duck.adhoc import read_only_query
+from cce_duck.server.serial import Serialized
+
+START = datetime(2026, 3, 1, 9, 0)
+TOPICS = [
+    ("database", "duckdb", "storage", "parquet", "columns", "index"),
+    ("trip", "lisbon", "flight", "hotel", "tram", "pastries"),
+    ("garden", "tomatoes", "compost", "watering", "seeds", "shade"),
+    ("guitar", "chords", "practice", "strings", "tempo", "song"),
+]
+QUESTIONS = ["Which database did we pick for storage?", "When is the flight to Lisbon?",
+             "How often should the tomatoes be watered?", "What tempo for the song?",
+             "What did we say about the hotel?"]
+MAX_TOKENS = 300
+
+
+def conversation(seed: int, n: int) -> list[dict[str, Any]]:
+    """``n`` messages drifting through the topics, with times a minute apart."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        words = TOPICS[(i // 12 + seed) % len(TOPICS)]
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(6, 18)))
+        if i % 7 == 3:
+            text += f"? asked {rng.choice(words)}"
+        out.append({"role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"Note {seed}-{i}: {text}.", "id": f"m{seed}-{i}",
+                    "timestamp": (START + timedelta(minutes=i)).isoformat(),
+                    "name": "Ana" if i % 2 == 0 else "Bo"})
+    return out
+
+
+STATIC = {f"static{k}": conversation(100 + k, 90) for k in range(2)}
+
+
+def _engine(folder: Path) -> Engine:
+    return Engine(data_dir=folder, embedder="hash", hot_tier_max_turns=6, live_batch_turns=8)
+
+
+class _Run:
+    """What the threads of one run saw (appended under a lock)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.errors: list[BaseException] = []
+        self.acked: dict[str, list[tuple[str, int]]] = {}  # session -> (message id, turn)
+        self.own: list[tuple[str, int, str, dict[str, Any]]] = []  # session, turns, q, payload
+        self.static: list[tuple[str, str, dict[str, Any]]] = []  # session, question, payload
+
+    def guard(self, fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # reported by the test
+                with self.lock:
+                    self.errors.append(exc)
+        return run
+
+
+def _go(run: _Run, targets: list[Callable[[], None]]) -> None:
+    threads = [threading.Thread(target=run.guard(t)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish"
+    if run.errors:
+        raise run.errors[0]
+
+
+def _check(run: _Run, written: dict[str, list[dict[str, Any]]], stored: dict[str, list[Any]],
+           tmp_path: Path) -> None:
+    """Every acknowledged message once, under its number; every context as the reference's."""
+    for sid, msgs in written.items():
+        acked = run.acked[sid]
+        assert sorted({i for i, _ in acked}) == sorted(m["id"] for m in msgs)
+        turn_of = {}
+        for i, n in acked:  # a retry got the first answer's number
+            assert turn_of.setdefault(i, n) == n
+        assert sorted(turn_of.values()) == list(range(len(msgs)))
+        assert stored[sid] == [(turn_of[m["id"]], m["id"]) for m in msgs]
+    ref = _engine(tmp_path / "reference")
+    try:
+        for sid, msgs in STATIC.items():
+            ref.ingest(sid, msgs)
+        static_ref: dict[tuple[str, str], dict[str, Any]] = {}
+        for sid, q, got in run.static:
+            if (sid, q) not in static_ref:
+                static_ref[sid, q] = _plain(ref.context(sid, q, max_tokens=MAX_TOKENS).to_dict())
+            assert got == static_ref[sid, q], (sid, q)
+        by_point = {(sid, n, q): _numbered(p) for sid, n, q, p in run.own}
+        for sid, msgs in written.items():
+            for n, m in enumerate(msgs, start=1):
+                ref.add_message(sid, m["role"], m["content"], m["timestamp"], m["name"],
+                                message_id=m["id"])
+                for q in QUESTIONS:
+                    if (sid, n, q) in by_point:
+                        want = _numbered(_plain(ref.context(sid, q, max_tokens=MAX_TOKENS)
+                                                    .to_dict()))
+                        assert by_point[sid, n, q] == want, (sid, n, q)
+        assert len(by_point) == sum(len(m) for m in written.values())
+    finally:
+        ref.close()
+
+
+def _plain(payload: dict[str, Any]) -> Any:
+    """A payload as its JSON gives it back (what a REST client reads)."""
+    return json.loads(json.dumps(payload))
+
+
+def _numbered(payload: dict[str, Any]) -> dict[str, Any]:
+    """A payload with its note ids replaced by ``True`` (ids are numbered across sessions, in
+    the order notes are written: sessions written at once interleave them)."""
+    notes = [{**n, "note_id": n["note_id"] is not None} for n in payload["notes"]]
+    return {**payload, "notes": notes}
+
+
+def _stored(rows: list[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for sid, turn, mid in rows:
+        out.setdefault(str(sid), []).append((int(turn), str(mid)))
+    return out
+
+
+STORED_SQL = ("SELECT session_id, turn_no, message_id FROM turns WHERE session_id LIKE 'w%' "
+              "ORDER BY session_id, turn_no")
+
+
+def test_threads_on_one_engine_read_in_parallel_and_write_in_order(tmp_path: Path) -> None:
+    """4 writer and 4 reader threads through the servers' engine wrapper (writes one at a time,
+    reads without the lock, on cursors of their own)."""
+    written = {f"w{k}": conversation(k, 40) for k in range(4)}
+    run = _Run()
+    eng = _engine(tmp_path / "data")
+    try:
+        for sid, msgs in STATIC.items():
+            eng.ingest(sid, msgs)
+        g = Serialized(eng)
+
+        def writer(sid: str) -> Callable[[], None]:
+            def go() -> None:
+                for n, m in enumerate(written[sid], start=1):
+                    for _ in range(2 if n % 5 == 0 else 1):  # some sent twice
+                        turn = g.call(eng.add_message, sid, m["role"], m["content"],
+                                      m["timestamp"], m["name"], message_id=m["id"])
+                        with run.lock:
+                            run.acked.setdefault(sid, []).append((m["id"], turn))
+                    q = QUESTIONS[n % len(QUESTIONS)]
+                    p = _plain(g.read(eng.context, sid, q, max_tokens=MAX_TOKENS).to_dict())
+                    with run.lock:
+                        run.own.append((sid, n, q, p))
+            return go
+
+        def reader(k: int) -> Callable[[], None]:
+            def go() -> None:
+                rng = random.Random(k)
+                for i in range(40):
+                    sid, q = rng.choice(list(STATIC)), rng.choice(QUESTIONS)
+                    p = _plain(g.read(eng.context, sid, q, max_tokens=MAX_TOKENS).to_dict())
+                    with run.lock:
+                        run.static.append((sid, q, p))
+                    if i % 8 == 0:
+                        assert len(g.read(eng.search, sid, q, 5)) == 5
+                        assert len(g.read(eng.sessions)) >= len(STATIC)
+                        n = g.read(read_only_query, eng, "SELECT count(*) AS n FROM turns WHERE "
+                                   f"session_id = '{sid}'")["n"][0]
+                        assert n == len(STATIC[sid])
+            return go
+
+        _go(run, [writer(s) for s in written] + [reader(k) for k in range(4)])
+        stored = _stored(eng.sql(STORED_SQL).rows())
+    finally:
+        eng.close()
+    _check(run, written, stored, tmp_path)
+
+
+@pytest.mark.processes
+def test_clients_of_a_real_rest_server_read_in_parallel_and_write_in_order(tmp_path: Path
+                                                                           ) -> None:
+    """The same through ``cce serve rest``: 4 writing and 4 reading clients, each on its own
+    keep-alive connection."""
+    written = {f"w{k}": conversation(k, 30) for k in range(4)}
+    run = _Run()
+    folder = tmp_path / "data"
+    with _engine(folder) as eng:
+        for sid, msgs in STATIC.items():
+            eng.ingest(sid, msgs)
+    env = {"CCE_HOT_TURNS": "6", "CCE_LIVE_BATCH_TURNS": "8"}
+    with cce_server(["rest"], folder, env=env) as (base, _):
+        def writer(sid: str) -> Callable[[], None]:
+            def go() -> None:
+                with httpx.Client(base_url=base, timeout=60) as http:
+                    for n, m in enumerate(written[sid], start=1):
+                        for _ in range(2 if n % 5 == 0 else 1):
+                            r = http.post(f"/v1/sessions/{sid}/messages", json={"messages": [m]})
+                            r.raise_for_status()
+                            with run.lock:
+                                run.acked.setdefault(sid, []).append((m["id"], r.json()["turns"][0]))
+                        q = QUESTIONS[n % len(QUESTIONS)]
+                        r = http.post(f"/v1/sessions/{sid}/context",
+                                      json={"query": q, "max_tokens": MAX_TOKENS})
+                        r.raise_for_status()
+                        with run.lock:
+                            run.own.append((sid, n, q, r.json()))
+            return go
+
+        def reader(k: int) -> Callable[[], None]:
+            def go() -> None:
+                rng = random.Random(k)
+                with httpx.Client(base_url=base, timeout=60) as http:
+                    for i in range(30):
+                        sid, q = rng.choice(list(STATIC)), rng.choice(QUESTIONS)
+                        r = http.post(f"/v1/sessions/{sid}/context",
+                                      json={"query": q, "max_tokens": MAX_TOKENS})
+                        r.raise_for_status()
+                        with run.lock:
+                            run.static.append((sid, q, r.json()))
+                        if i % 6 == 0:
+                            r = http.post(f"/v1/sessions/{sid}/search", json={"query": q, "k": 5})
+                            assert len(r.json()["hits"]) == 5
+                            r = http.post("/v1/admin/sql", json={"sql": "SELECT count(*) FROM "
+                                          f"turns WHERE session_id = '{sid}'"})
+                            assert r.json()["rows"] == [[len(STATIC[sid])]]
+            return go
+
+        _go(run, [writer(s) for s in written] + [reader(k) for k in range(4)])
+        r = httpx.post(base + "/v1/admin/sql", json={"sql": STORED_SQL}, timeout=60)
+        r.raise_for_status()
+        stored = _stored([tuple(row) for row in r.json()["rows"]])
+    _check(run, written, stored, tmp_path)

@@ -26,7 +26,7 @@ from cce_duck.history import (
     verbatim_explain,
     window_rows,
 )
-from cce_duck.index import IndexCache, SessionIndex, retrieve_across
+from cce_duck.index import IndexCache, JoinedIndex, SessionIndex, retrieve_across
 from cce_duck.overview import fit_sessions, session_blocks, spread
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
@@ -34,8 +34,8 @@ from cce_duck.text import cached_terms, estimate_tokens, outside_spans, query_te
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
-__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "build_user_context",
-           "is_overview_question", "rerank", "retrieve"]
+__all__ = ["SEARCH_SCHEMA", "USER_SEARCH_SCHEMA", "ContextRequest", "build_context",
+           "build_user_context", "is_overview_question", "rerank", "retrieve", "retrieve_user"]
 
 _OVERVIEW = re.compile(
     r"\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
@@ -260,6 +260,16 @@ def _trim(payload: ContextPayload, pins: list[str], cap: int, overview: bool,
         payload.memory = _render_memory(pins, payload.notes, overview, scoped)
 
 
+def _user_parts(store: Store, sessions: list[str], cache: IndexCache | None
+                ) -> tuple[list[tuple[str, SessionIndex]], JoinedIndex | None]:
+    """The indexes of a user's ``sessions`` and, when the cache joins users, their joined index
+    (loaded together)."""
+    if cache is not None and cache.join_users:
+        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
+        return parts, cache.joined(parts)
+    return [(s, _index(store, s, cache)) for s in sessions], None
+
+
 def build_user_context(store: Store, config: Config, req: ContextRequest,
                        sessions: list[str], *, cache: IndexCache | None = None,
                        explain: bool = False, user_pins: list[str] | None = None,
@@ -273,11 +283,7 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     (:mod:`cce_duck.overview`). The cap is never exceeded."""
     budget = _Budget(req.max_tokens)
     chats = {s: n for n, s in enumerate(sessions, 1)}
-    joining = cache is not None and cache.join_users
-    if cache is not None and joining:
-        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
-    else:
-        parts = [(s, _index(store, s, cache)) for s in sessions]
+    parts, joined = _user_parts(store, sessions, cache)
     own = dict(parts).get(req.session_id)
     overview = is_overview_question(req.query)
     memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(USER_MEMORY_HEADER) + 1
@@ -291,7 +297,6 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         verbatim = _recent(config, own, req, budget, overview, next_turn, first)
         if verbatim:
             before[req.session_id] = verbatim[0].turn_no
-    joined = cache.joined(parts) if cache is not None and joining else None
     if joined is not None:  # what sending all of the user's history costs, once per join
         full = joined.memo.get("full_tokens", -1)
         if full < 0:
@@ -388,6 +393,26 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
         return []
     return [{**{c: h.get(c) for c in SEARCH_SCHEMA}, "content": index.content[h["row"]]}
             for h in hits]
+
+
+#: Columns of a search across a user's sessions: the session, :data:`SEARCH_SCHEMA`, and the
+#: conversation ``score`` the hits are ordered by.
+USER_SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "session_id": pl.String, **SEARCH_SCHEMA, "score": pl.Float64}
+
+
+def retrieve_user(store: Store, config: Config, sessions: list[str], query: str, *, k: int,
+                  cache: IndexCache | None = None) -> list[dict[str, Any]]:
+    """Hits across ``sessions`` (a user's, in time order) with their text, best first: the
+    ranking a user context is built from (:func:`cce_duck.index.retrieve_across`), the columns
+    of :data:`USER_SEARCH_SCHEMA`."""
+    parts, joined = _user_parts(store, sessions, cache)
+    hits = retrieve_across(parts, store.embedder.embed([query], "query")[0], query, k=k,
+                           recency_weight=config.recency_weight, rrf_k=config.rrf_k,
+                           joined=joined)
+    indexes = dict(parts)
+    return [{**{c: h.get(c) for c in USER_SEARCH_SCHEMA},
+             "content": indexes[h["session_id"]].content[h["row"]]} for h in hits]
 
 
 def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None]
@@ -509,7 +534,6 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             memo = _quote_text(row, h, index)
             index.remember_quote((r, h["best_sentence"]), *memo)
         text, text_tokens = memo
-        line = f"{who}: {text}"
         cost = who_tokens[who] + text_tokens + 1  # the estimate is additive over these pieces
         if group is None:
             if h["note_id"] is not None:
@@ -540,7 +564,7 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
         days.add(day)
         groups[key] = group
         quote = {**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")},
-                 "speaker": who, "text": text, "line": line, "ts": h["ts"]}
+                 "speaker": who, "text": text, "line": f"{who}: {text}", "ts": h["ts"]}
         if indexes is not None:
             quote.update(session_id=h["session_id"], pos=h["pos"],
                          chat=chats.get(h["session_id"], 0))

@@ -361,14 +361,14 @@ class SessionIndex:
                 [estimate_tokens(t["speaker"] or t["role"]) for t in turns], dtype=np.int64)])
         if any(t["speaker"] not in speakers for t in turns):
             self.__dict__.pop("speaker_terms", None)
-        # sentences: the flush's sentence rows of this session, in (turn, sentence) order
-        first = int(turn_no[len(turn_no) - len(turns)])
-        parts, srows = [], []  # each turn's sentence vectors, and their rows
-        at = 0
-        for mat in stored.svec:
-            rows_of_turn = stored.svec_rows[at : at + len(mat)]
-            at += len(mat)
-            if rows_of_turn[0][0] == sid and rows_of_turn[0][1] >= first:
+        # sentences and postings: those of the new turns, in (turn, sentence) order
+        parts: list[Matrix] = []
+        srows: list[tuple[str, int, int, int, int]] = []
+        post: list[tuple[str, str, int, int]] = []
+        for i in new:
+            p, mat, rows_of_turn = stored.parts_of(i)
+            post.extend(p)
+            if mat is not None:
                 parts.append(mat)
                 srows.extend(rows_of_turn)
         if parts:
@@ -380,7 +380,6 @@ class SessionIndex:
                                                                   np.int64)])
             self.s_end = np.concatenate([self.s_end, np.array([r[4] for r in srows], np.int64)])
             self.svec = np.concatenate([self.svec, sv])
-        post = [p for p in stored.post if p[0] == sid and p[2] >= first]
         if post:
             self._add_postings(post, turn_no)
 
@@ -718,9 +717,9 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
                               recency_weight=recency_weight, rrf_k=rrf_k, asks=j.asks[cand],
                               n_terms=j.n_terms[cand], other=other[cand])
     out = []
-    for r, i in enumerate(ranked.order):
-        g = int(cand[i])
-        which = int(np.searchsorted(j.starts, g, side="right")) - 1
+    hits = cand[ranked.order]
+    part_of = (np.searchsorted(j.starts, hits, side="right") - 1).tolist()
+    for r, (g, which) in enumerate(zip(hits.tolist(), part_of, strict=True)):
         sid, idx = parts[which]
         row = g - int(j.starts[which])
         nid = int(idx.note_id[row])

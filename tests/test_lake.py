@@ -214,7 +214,7 @@ def test_pins_summaries_and_ids_without_sequences(lake: LakeSpec) -> None:
 
 
 def _load(eng: Engine) -> None:
-    eng.ingest(SID, topic_messages())
+    eng.ingest(SID, topic_messages(), user_id="u1")
     eng.add_message("s2", "user", "We moved the standup to nine thirty.")
 
 
@@ -228,6 +228,9 @@ def test_every_macro_answers_on_the_lake_as_on_a_file(lake: LakeSpec, tmp_path: 
         "cce_forget_plan": f"FROM cce_forget_plan('{SID}', first_turn := 8, last_turn := 11)",
         "cce_export": "SELECT kind, key, data->>'content' AS content, data->>'label' AS label "
                       f"FROM cce_export('{SID}')",
+        "cce_user_overview": "SELECT session_id, status, turns, summary, "
+                             "list_transform(topics, t -> t.label) AS labels "
+                             "FROM cce_user_overview('u1')",
     }
     assert set(calls) == set(CURRENT_MACROS)
     with _engine(lake) as on_lake, Engine(data_dir=tmp_path / "folder", embedder="hash") as on_file:

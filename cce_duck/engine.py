@@ -14,14 +14,18 @@ import polars as pl
 
 from cce_duck import clock, deletion, erasure, export, pins
 from cce_duck.allocator import tune_allocator
+from cce_duck.changefeed import Changes
 from cce_duck.config import Config
 from cce_duck.context import (
     SEARCH_SCHEMA,
+    USER_SEARCH_SCHEMA,
     ContextRequest,
     build_context,
     build_user_context,
     retrieve,
+    retrieve_user,
 )
+from cce_duck.coordinator import Coordinator
 from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
 from cce_duck.explain import refine as refine_explain
 from cce_duck.index import IndexCache, SessionIndex
@@ -80,6 +84,10 @@ class Engine(ManagementMixin):
         #: user -> (store generation, its sessions in time order), for user contexts
         self._user_sessions: dict[str, tuple[int, tuple[str, ...]]] = {}
         try:
+            lake = self.store.lake
+            if lake is not None and lake.shared:
+                self.store.coordinator = Coordinator(lake.catalog, str(lake.data_path))
+                self.store.coordinator.on_changes = self._foreign
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
             self.writer.on_flush = self._flushed
@@ -97,6 +105,16 @@ class Engine(ManagementMixin):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _foreign(self, changes: Changes) -> None:
+        """Other processes committed ``changes``: drop what is cached of those sessions."""
+        before = self.store.generation
+        self.store.generation += 1
+        if changes.everything:
+            self.writer.forget_sessions(None)
+        else:
+            self.writer.forget_sessions(changes.sessions)
+            self.index.advance(before, self.store.generation, changes.sessions)
+
     def close(self) -> None:
         """Store what is journaled, checkpoint and close the file."""
         if self._closed:
@@ -111,6 +129,8 @@ class Engine(ManagementMixin):
             pass  # what could not be stored stays in the journal: the next open stores it
         finally:
             self.writer.close()
+            if self.store.coordinator is not None:
+                self.store.coordinator.close()
             self.store.close()
 
     def flush(self) -> None:
@@ -328,11 +348,16 @@ class Engine(ManagementMixin):
                 explain: bool = False) -> ContextPayload:
         """The token-capped context a model should receive before answering ``query``."""
         sid = validate_session_id(session_id)
+        coord = self.store.coordinator
+        if coord is not None:
+            coord.refresh()
         index = None if self.store.read_only else self._flush_for_context(sid)
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
         with self.store.reading():
             payload = build_context(self.store, self.config, req, explain=explain,
                                     cache=self.index, index=index)
+        if coord is not None and coord.stale is not None:
+            payload.stale = f"served from this process's cache: {coord.stale}"
         refine_explain(payload, Window(req.since, req.until, req.last_turns))
         self._record_context(payload)
         if not self.store.read_only:
@@ -380,15 +405,32 @@ class Engine(ManagementMixin):
         with self.store.reading():
             return self.store.frame("users")
 
-    def export_user(self, user_id: str, path: str | Path, *, format: str = "json") -> Path:
+    def export_user(self, user_id: str, path: str | Path, *, format: str = "json",
+                    confined: bool = False) -> Path:
         """Write every session of the user to ``path``: one JSON file, or with
         ``format="parquet"`` a folder of session exports (one folder per session, each one
-        :meth:`import_session` reads). Unknown user: :class:`NotFoundError`."""
-        return export.export_user(self.store, user_id, self.user_sessions(user_id), path, format)
+        :meth:`import_session` reads) with the user's store items in ``store_items.parquet``.
+        Unknown user: :class:`NotFoundError`. ``confined``: as for :meth:`export_session`,
+        ``path`` must lie inside :attr:`Config.export_dir`."""
+        sessions = self._user_or_items(user_id)
+        if confined:
+            path = export.confined_path(self.config.export_dir, path)
+        return export.export_user(self.store, user_id, sessions, path, format)
 
     def user_document(self, user_id: str) -> dict[str, Any]:
-        """The JSON export of a user as a dict (what :meth:`export_user` writes)."""
-        return export.user_document(self.store, user_id, self.user_sessions(user_id))
+        """The JSON export of a user as a dict (what :meth:`export_user` writes), with the
+        user's store items (``items``)."""
+        return export.user_document(self.store, user_id, self._user_or_items(user_id))
+
+    def _user_or_items(self, user_id: str) -> list[str]:
+        """:meth:`user_sessions`, or no sessions for a user who has only store items (namespace
+        ``("users", user_id, ...)``); :class:`NotFoundError` for a user with neither."""
+        try:
+            return self.user_sessions(user_id)
+        except NotFoundError:
+            if not owns_items(self.store, pins.user_owner(validate_user_id(user_id))):
+                raise
+            return []
 
     def pin_user(self, user_id: str, text: str) -> int:
         """Keep ``text`` in every context of every session of the user (with the session's own
@@ -415,13 +457,8 @@ class Engine(ManagementMixin):
         unknown user raises :class:`NotFoundError` and changes nothing. The user's store items
         (namespace ``("users", user_id, ...)``, :attr:`items`) go too, also for a user who has
         only those."""
-        owner = pins.user_owner(validate_user_id(user_id))
-        try:
-            sessions = self.user_sessions(user_id)
-        except NotFoundError:
-            if not owns_items(self.store, owner):
-                raise
-            sessions = []
+        sessions = self._user_or_items(user_id)
+        owner = pins.user_owner(user_id)
         try:  # the user's pins and items go with the sessions (stored under the user's owner)
             return deletion.delete_sessions(self.store, [*sessions, owner])
         finally:
@@ -454,11 +491,40 @@ class Engine(ManagementMixin):
         own = [str(t) for t in self.user_pins(user_id)["text"]] if sid not in sessions else []
         with self.store.reading():
             payload = build_user_context(self.store, self.config, req, sessions, cache=self.index,
-                                         explain=explain, user_pins=own)
+                                         explain=explain, user_pins=own, user_id=user_id)
         if not self.store.read_only:
             for n in payload.notes:
-                self.writer.note_retrieved(n["session_id"], [n["note_id"]])
+                if n["note_id"] is not None:  # an overview lists sessions, not notes
+                    self.writer.note_retrieved(n["session_id"], [n["note_id"]])
         return payload
+
+    def user_overview(self, user_id: str, *, since: datetime | str | None = None,
+                      until: datetime | str | None = None) -> pl.DataFrame:
+        """What the user talked about: their sessions in time order with the cold-tier summary
+        (closed sessions) and the topics, those with a turn inside ``since``..``until`` (the
+        ``cce_user_overview`` macro). Unknown user: :class:`NotFoundError`."""
+        uid = validate_user_id(user_id)
+        self.user_sessions(uid)
+        window = Window.parse(since, until, None)
+        with self.store.reading():
+            return self.store.con.execute(
+                "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
+                [uid, window.since, window.until]).pl()
+
+    def user_search(self, user_id: str, query: str, k: int = 10) -> pl.DataFrame:
+        """Ranked turns of all the user's sessions for ``query`` (the ranking of
+        :meth:`user_context`, best first) with their session, scores and text. Raises
+        :class:`NotFoundError` for an unknown user."""
+        sessions = self.user_sessions(user_id)
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("query must be a non-empty string")
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+            raise ValidationError("k must be a positive integer")
+        query = query.encode("utf-8", "replace").decode("utf-8")
+        with self.store.reading():
+            hits = retrieve_user(self.store, self.config, sessions, query, k=k, cache=self.index)
+        return pl.DataFrame(hits, schema=USER_SEARCH_SCHEMA, orient="row") if hits else \
+            pl.DataFrame(schema=USER_SEARCH_SCHEMA)
 
     @property
     def items(self) -> ItemStore:
@@ -487,11 +553,17 @@ class Engine(ManagementMixin):
         return pl.DataFrame(hits, schema=SEARCH_SCHEMA, orient="row") if hits else pl.DataFrame(
             schema=SEARCH_SCHEMA)
 
-    def sessions(self) -> pl.DataFrame:
-        """Every session with its turn and note counts."""
+    def sessions(self, user_id: str | None = None) -> pl.DataFrame:
+        """Every session with its turn and note counts; with ``user_id`` only the user's, in
+        time order (:meth:`user_sessions`; an unknown user raises :class:`NotFoundError`)."""
+        order = None if user_id is None else pl.DataFrame(
+            {"session_id": self.user_sessions(user_id)})
         self._store_pending()
         with self.store.reading():
-            return self.store.frame("sessions")
+            frame = self.store.frame("sessions")
+        if order is None:
+            return frame
+        return order.join(frame, on="session_id", how="left", maintain_order="left")
 
     def notes(self, session_id: str) -> pl.DataFrame:
         """A session's notes (warm tier), in conversation order, without vectors."""

@@ -26,7 +26,9 @@ import pyarrow.parquet as pq
 from cce_duck.config import Config
 from cce_duck.derived import derive_turns, write_notes
 from cce_duck.errors import ConflictError, EmbedderMismatchError, ValidationError
+from cce_duck.items import owner_items
 from cce_duck.messages import ROLES, parse_time, validate_session_id
+from cce_duck.pins import user_owner
 from cce_duck.rows import quantize, run_with, vectors_of
 from cce_duck.store import Store
 from cce_duck.topics import unit
@@ -121,20 +123,32 @@ USER_FORMAT = "cce_duck-user"
 
 def user_document(store: Store, user_id: str, sessions: list[str]) -> dict[str, Any]:
     """The JSON export of a user: each of ``sessions`` (the user's, in time order) as
-    :func:`session_document` gives it."""
+    :func:`session_document` gives it, and the user's store items (``items``:
+    :func:`cce_duck.items.owner_items`)."""
     return {"format": USER_FORMAT, "version": VERSION, "user_id": user_id,
-            "sessions": [{"session_id": sid, **session_document(store, sid)} for sid in sessions]}
+            "sessions": [{"session_id": sid, **session_document(store, sid)} for sid in sessions],
+            "items": owner_items(store, user_owner(user_id))}
+
+
+#: The file of a user's Parquet export that holds the user's store items.
+USER_ITEMS_FILE = "store_items.parquet"
 
 
 def export_user(store: Store, user_id: str, sessions: list[str], path: str | os.PathLike[str],
                 fmt: str) -> Path:
     """Write a user to ``path``: a JSON file (:func:`user_document`) or, for Parquet, a folder
-    holding one session export folder per session (each one ``cce import`` reads)."""
+    holding one session export folder per session (each one ``cce import`` reads) and, when the
+    user has store items, :data:`USER_ITEMS_FILE` (``value`` as JSON text)."""
     out = _checked_target(path, fmt)
     if fmt == "json":
         return _write_json(out, user_document(store, user_id, sessions))
     for sid in sessions:
         export_session(store, sid, out / sid, "parquet")
+    items = owner_items(store, user_owner(user_id))
+    if items:
+        out.mkdir(parents=True, exist_ok=True)
+        rows = [{**i, "value": json.dumps(i["value"], ensure_ascii=False)} for i in items]
+        pq.write_table(pa.Table.from_pylist(rows), out / USER_ITEMS_FILE)
     return out
 
 

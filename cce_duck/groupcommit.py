@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 __all__ = ["GATHER_S", "GroupCommit"]
@@ -42,26 +43,29 @@ class GroupCommit:
         self._leading = False
         self._arriving = 0   # calls between entering the writer and taking their ticket
         self._failed: list[_Failed] = []
-        #: Commits made and the tickets they carried (their ratio: writes per commit).
+        #: Commits made and the tickets they carried (their ratio: rows per commit).
         self.commits = 0
         self.carried = 0
 
     # -- the writer's side --------------------------------------------------
 
-    def arriving(self) -> None:
-        """A call is about to buffer rows (a leader gathering its commit waits for it)."""
+    @contextmanager
+    def arriving(self) -> Iterator[None]:
+        """A call that may buffer rows (a leader gathering its commit waits for it a moment)."""
         with self._cond:
             self._arriving += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._arriving -= 1
+                self._cond.notify_all()
 
-    def issue(self, *, joined: bool = True) -> int:
-        """The ticket of rows just buffered (call it with the writer's buffer lock held, after
-        :meth:`arriving`); ``joined=False`` when the call buffered nothing after all."""
+    def issue(self, count: int = 1) -> int:
+        """The ticket of ``count`` rows just buffered (with the writer's buffer lock held)."""
         with self._cond:
-            self._arriving = max(self._arriving - 1, 0)
-            if joined:
-                self._issued += 1
-            self._cond.notify_all()
-            return self._issued if joined else 0
+            self._issued += count
+            return self._issued
 
     def cut(self) -> int:
         """The newest ticket, read by a commit as it takes the buffer (with the writer's lock

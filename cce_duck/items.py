@@ -44,6 +44,7 @@ __all__ = [
     "Write",
     "matches_filter",
     "matches_namespace",
+    "owner_items",
     "owner_of",
     "owns_items",
     "validate_key",
@@ -157,6 +158,15 @@ def owns_items(store: Store, owner: str) -> bool:
     return store.con.execute(query("owner_has_items", _SQL), {"owner": owner}).fetchone() is not None
 
 
+def owner_items(store: Store, owner: str) -> list[dict[str, Any]]:
+    """Every item of ``owner`` as JSON-ready dicts (``namespace`` a list, ``value`` the object,
+    times in ISO 8601 UTC), in the order they were first stored: what an export writes."""
+    rows = store.con.execute(query("owner_items", _SQL), {"owner": owner}).fetchall()
+    return [{"namespace": r[0].split("."), "key": r[1], "value": json.loads(r[2]),
+             "created_at": _aware(r[3]).isoformat(), "updated_at": _aware(r[4]).isoformat()}
+            for r in rows]
+
+
 def matches_namespace(namespace: Namespace, kind: str, path: Sequence[str]) -> bool:
     """Whether ``namespace`` starts (``kind="prefix"``) or ends (``"suffix"``) with ``path``,
     where ``"*"`` matches any one label."""
@@ -257,28 +267,30 @@ class ItemStore:
                 return []
             scores: dict[int, float] = {}
             if query is not None and query.strip():
-                scores = self._ranked(found, query, offset + limit)
+                scores = self._ranked(_joined(ns), found, query, offset + limit)
         by_id = {int(r[0]): r for r in found}
         # `scores` is best first and holds the best offset + limit ranked items (or all of them)
         picked = [*(by_id[i] for i in scores), *(r for r in found if int(r[0]) not in scores)]
         return [Item(tuple(r[1].split(".")), r[2], json.loads(r[3]), _aware(r[5]), _aware(r[6]),
                      scores.get(int(r[0]))) for r in picked[offset : offset + limit]]
 
-    def _ranked(self, rows: list[tuple[Any, ...]], text: str, k: int) -> dict[int, float]:
-        """Fused scores of the best ``k`` of ``rows`` that have indexed text."""
-        ids = np.array([r[0] for r in rows], dtype=np.int64)
-        wanted = pa.table({"item_id": pa.array(ids, pa.int64())})
+    def _ranked(self, prefix: str, rows: list[tuple[Any, ...]], text: str, k: int
+                ) -> dict[int, float]:
+        """Fused scores of the best ``k`` of ``rows`` (items under ``prefix``) that have indexed
+        text, best first."""
         terms = query_terms(text)
-        asked = pa.table({"term": pa.array([t for t, _ in terms], pa.string())})
-        with registered(self.store.con, wanted=wanted, asked=asked):
-            vec = self._q("item_vectors").to_arrow_table()
-            post = self._q("item_postings").fetchall()
+        by_id = {int(r[0]): r for r in rows}
+        vec = self._q("item_vectors", {"prefix": prefix}).to_arrow_table()
+        keep = np.isin(vec.column("item_id").to_numpy(), np.fromiter(by_id, np.int64))
+        if not keep.all():  # a filter left some items out
+            vec = vec.filter(pa.array(keep))
         if vec.num_rows == 0:
             return {}
+        post = self._q("item_postings", {"prefix": prefix,
+                                         "terms": [t for t, _ in terms]}).fetchall()
         # only items with vectors are ranked: their positions, oldest update first
         vec_item = vec.column("item_id").to_numpy()
         indexed = np.unique(vec_item)
-        by_id = {int(r[0]): r for r in rows}
         order = sorted(indexed.tolist(), key=lambda i: (by_id[i][6], i))
         pos = {item: p for p, item in enumerate(order)}
         dim = self.store.dim

@@ -37,7 +37,7 @@ from typing import Any
 from cce_duck.errors import ConflictError, MissingExtraError, StorageError
 from cce_duck.sqlfiles import query
 
-__all__ = ["KEEPALIVE_S", "WAIT_S", "CatalogLink", "Leases", "catalog_name"]
+__all__ = ["KEEPALIVE_S", "WAIT_S", "CatalogLink", "CommitLock", "Leases", "catalog_name"]
 
 #: Idle seconds before the server probes a silent connection (then 3 probes, 2 s apart).
 KEEPALIVE_S = 5
@@ -57,7 +57,8 @@ class CatalogLink:
     (psycopg serialises their statements). It reconnects on the next use after a failure; the
     leases the old connection held are then gone (:attr:`epoch` moves)."""
 
-    def __init__(self, dsn: str, *, schema: str = "public", connect_timeout_s: int = 5) -> None:
+    def __init__(self, dsn: str, *, schema: str = "public", connect_timeout_s: int = 5,
+                 lock_timeout_s: float = 30.0) -> None:
         try:
             import psycopg
         except ImportError as exc:  # pragma: no cover - the lake extra brings it
@@ -68,6 +69,8 @@ class CatalogLink:
         self.dsn = dsn
         self.schema = schema
         self._timeout = connect_timeout_s
+        #: How long a statement waits for a lock before it fails.
+        self.lock_timeout_s = lock_timeout_s
         self._con: Any = None
         self._lock = threading.Lock()
         #: Moves each time a new connection is made (leases of an older epoch are lost).
@@ -81,7 +84,7 @@ class CatalogLink:
                     keepalives=1, keepalives_idle=KEEPALIVE_S, keepalives_interval=2,
                     keepalives_count=3, application_name="cce_duck leases",
                     options=f"-c tcp_keepalives_idle={KEEPALIVE_S} -c tcp_keepalives_interval=2 "
-                            "-c tcp_keepalives_count=3")
+                            f"-c tcp_keepalives_count=3 -c lock_timeout={int(self.lock_timeout_s * 1000)}")
             except self._psycopg.Error as exc:
                 raise self.unreachable(exc) from None
             self.epoch += 1
@@ -101,6 +104,8 @@ class CatalogLink:
             con = self._connect()
             try:
                 return list(con.execute(sql, params or {}).fetchall())
+            except self._psycopg.errors.LockNotAvailable:
+                raise TimeoutError(f"lock_timeout ({self.lock_timeout_s:g} s)") from None
             except self._psycopg.OperationalError as exc:
                 self._drop()
                 raise self.unreachable(exc) from None
@@ -225,3 +230,45 @@ class Leases:
         """Sessions whose lease this process holds now."""
         with self._lock:
             return {s for s, n in self._held.items() if n}
+
+
+class CommitLock:
+    """One write transaction of the lake at a time, across every process.
+
+    DuckLake numbers snapshots one after the other, so commits are serialised by the catalog
+    anyway; and it refuses a commit that deletes from a table another transaction wrote
+    meanwhile (its conflicts are per table, not per row), which every flush does (a session's
+    turn counter is a row updated in place). Holding an advisory lock from ``BEGIN`` to
+    ``COMMIT`` lets the next process begin on the snapshot the last one committed, so no
+    commit is refused and none is done twice; a process that dies holding it frees it as a
+    lease is freed. It has a connection of its own (a writer waits on it while the process's
+    leases are taken and given back on the other)."""
+
+    def __init__(self, link: CatalogLink, namespace: str) -> None:
+        self.link = link
+        self.key = f"cce_duck:{namespace}:commit"
+        self._lock = threading.Lock()
+        #: Seconds spent waiting for other processes' commits.
+        self.waited_s = 0.0
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lock for the block (raises :class:`StorageError` when the catalog is
+        unreachable or another process held it past the connection's ``lock_timeout``)."""
+        with self._lock:
+            start = time.monotonic()
+            try:
+                self.link.run("commit_lock", {"key": self.key})
+            except TimeoutError:
+                raise StorageError(
+                    "another process held the lake's commit lock for more than "
+                    f"{self.link.lock_timeout_s:g} s; nothing of this call was stored, "
+                    "retry") from None
+            self.waited_s += time.monotonic() - start
+            epoch = self.link.epoch
+            try:
+                yield
+            finally:
+                if self.link.epoch == epoch:
+                    with suppress(StorageError):
+                        self.link.run("commit_unlock", {"key": self.key})

@@ -57,6 +57,9 @@ class ContextPayload:
     pin_tokens: int = 0
     verbatim: bool = False
     explain: dict[str, Any] | None = None
+    #: Why the context may miss what other processes wrote lately (a lake whose catalog could
+    #: not be reached: it was built from what this process had cached), else ``None``.
+    stale: str | None = None
 
     def to_messages(self) -> list[dict[str, Any]]:
         """OpenAI-style messages: one system message with the memory, then the turns."""

@@ -9,7 +9,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from cce_duck.cipher import (
     is_encrypted,
     write_marker,
 )
+from cce_duck.coordinator import Coordinator
 from cce_duck.embedders import CachedEmbedder, get_embedder
 from cce_duck.errors import (
     CCEError,
@@ -168,6 +169,12 @@ class Store:
         lake: Lake | None = None,
     ) -> None:
         self.lake = lake
+        #: Leases, commit lock and change feed of a lake many processes share (set by the
+        #: engine; ``None`` for a folder, in memory, or a lake with a local catalog).
+        self.coordinator: Coordinator | None = None
+        #: The sessions the running write transaction changes (``None``: it may change any);
+        #: its commit is stamped with them.
+        self.writing: set[str] | None = None
         self.data_dir = None if lake is not None else data_dir
         data_dir = self.data_dir
         self.read_only = read_only
@@ -629,22 +636,30 @@ class Store:
             raise CCEError("this store is open read-only")
         with self.write_lock:
             self.recover()
-            self._run("BEGIN")
-            try:
+            guard = self.coordinator.committing() if self.coordinator is not None else nullcontext()
+            with guard, self._transaction(sessions):
                 yield self.con
-            except BaseException as exc:
-                try:
-                    self.con.execute("ROLLBACK")
-                except duckdb.Error:
-                    if not isinstance(self.failed(exc), StorageError):
-                        raise
-                err = self.failed(exc)
-                if err is exc:
+
+    @contextmanager
+    def _transaction(self, sessions: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        self._run("BEGIN")
+        try:
+            yield self.con
+            if self.coordinator is not None:  # what the other processes read
+                self.coordinator.stamp(self.con, self.writing if sessions else set())
+        except BaseException as exc:
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:
+                if not isinstance(self.failed(exc), StorageError):
                     raise
-                raise err from exc
-            self._run("COMMIT")
-            if sessions:
-                self.generation += 1
+            err = self.failed(exc)
+            if err is exc:
+                raise
+            raise err from exc
+        self._run("COMMIT")
+        if sessions:
+            self.generation += 1
 
     def _run(self, sql: str) -> None:
         try:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from cce_duck.derived import write_notes
 from cce_duck.embedders.base import Matrix
 from cce_duck.errors import CCEError, ConflictError, StorageError
 from cce_duck.folder import JOURNAL_FILE
+from cce_duck.groupcommit import GroupCommit
 from cce_duck.journal import Journal
 from cce_duck.messages import Message
 from cce_duck.rows import Flushed, TurnRows, content_hash, registered, vectors_of
@@ -80,17 +82,11 @@ class Writer:
         #: What the last flush stored (read by ``on_flush``: indexes in memory take it in).
         self.flushed: Flushed | None = None
         #: On a lake there is no journal: a message is acknowledged once a flush committed it
-        #: (see :meth:`sync`). Tickets count the messages added; ``_committed`` the ones a
-        #: flush settled, ``_lost`` the ranges (after, up to] a failed flush dropped.
+        #: (see :meth:`sync`); tickets count the messages added (:mod:`cce_duck.groupcommit`).
         self._lake = store.lake is not None
-        self._added = 0
-        self._committed = 0
-        self._lost: list[tuple[int, int]] = []
-        self._commit_cond = threading.Condition()
-        self._committing = False
-        #: Commits that acknowledged messages on a lake, and the messages they carried.
-        self.commits = 0
-        self.committed_messages = 0
+        self.group = GroupCommit()
+        #: (ticket, session) of every lake write whose session lease waits for its commit.
+        self._leased: list[tuple[int, str]] = []
         if store.data_dir is not None and not store.read_only:
             self.journal = Journal(store.data_dir / JOURNAL_FILE, store.journal_codec,
                                    config.durability)
@@ -118,6 +114,13 @@ class Writer:
             if row and row[1] == "closed":
                 self._closed.add(session_id)
         return self._next[session_id]
+
+    def forget_sessions(self, session_ids: set[str] | None) -> None:
+        """Drop what is cached of sessions another process changed (``None``: of all)."""
+        with self._lock:
+            for sid in list(self._next) if session_ids is None else session_ids:
+                self.reopen(sid)
+                self.forget_stats(sid)
 
     def reopen(self, session_id: str) -> None:
         """Forget the cached 'closed' state of a session (after the tables changed)."""
@@ -159,6 +162,30 @@ class Writer:
         """
         if self.store.read_only:  # nothing would ever store them: refuse, do not drop
             raise CCEError("this store is open read-only; open it without read_only to write")
+        coord = self.store.coordinator
+        if coord is None:
+            with self.group.arriving() if self._lake else nullcontext():
+                return self._add(session_id, messages, progress, user_id)
+        coord.lease(session_id)  # numbers after what other processes committed; held until
+        try:                     # the commit of these messages settled (see _settle)
+            with self.group.arriving():
+                numbers, ticket = self._add(session_id, messages, progress, user_id)
+        except BaseException:
+            self._unlease(session_id)
+            raise
+        if not ticket:
+            self._unlease(session_id)
+        return numbers, ticket
+
+    def _unlease(self, session_id: str) -> None:
+        with self._lock:
+            leased = any(s == session_id for _, s in self._leased)
+        if not leased and self.store.coordinator is not None:
+            self.store.coordinator.release([session_id])
+
+    def _add(self, session_id: str, messages: Sequence[Message],
+             progress: Callable[[int, int], None] | None, user_id: str | None
+             ) -> tuple[list[int], int]:
         with self._lock:
             if self.store.failure is not None:
                 self._flush_journaled()  # reopen the database first, if it is time to retry
@@ -181,8 +208,9 @@ class Writer:
                     known[m.message_id] = (n, m.role, content_hash(m.role, m.content))
             ticket = 0
             if self._lake and numbered:
-                self._added += len(numbered)
-                ticket = self._added
+                ticket = self.group.issue(len(numbered))
+                if self.store.coordinator is not None:
+                    self._leased.append((ticket, session_id))
             if self.journal is not None and numbered:
                 try:
                     ticket = self.journal.append(_record(s, n, m, user) for s, n, m in numbered)
@@ -253,40 +281,27 @@ class Writer:
         if self.journal is not None and ticket:
             self.journal.sync(ticket)
         elif self._lake and ticket:
-            self._commit(ticket)
+            self.group.wait(ticket, self.flush)
 
-    def _commit(self, ticket: int) -> None:
-        with self._commit_cond:
-            while self._committed < ticket:
-                if self._committing:
-                    self._commit_cond.wait()
-                    continue
-                self._committing = True
-                self._commit_cond.release()
-                try:
-                    self.flush()
-                except CCEError:
-                    pass  # the range it dropped is in _lost: checked below
-                finally:
-                    self._commit_cond.acquire()
-                    self._committing = False
-                    self._commit_cond.notify_all()
-            for after, upto in self._lost:
-                if after < ticket <= upto:
-                    raise StorageError(
-                        f"{self.store.lake.describe() if self.store.lake else 'the lake'} did not "
-                        "commit these messages; nothing of this call was stored, retry it")
+    @property
+    def commits(self) -> int:
+        """Commits that acknowledged messages on a lake."""
+        return self.group.commits
 
-    def _settle(self, upto: int, *, lost: bool) -> None:
-        """A lake flush ended: the messages up to ``upto`` are committed, or (``lost``) dropped."""
-        with self._commit_cond:
-            if lost and upto > self._committed:
-                self._lost = [*self._lost[-63:], (self._committed, upto)]
-            elif not lost and upto > self._committed:
-                self.commits += 1
-                self.committed_messages += upto - self._committed
-            self._committed = max(self._committed, upto)
-            self._commit_cond.notify_all()
+    @property
+    def committed_messages(self) -> int:
+        """Messages those commits carried."""
+        return self.group.carried
+
+    def _settle(self, upto: int, error: BaseException | None = None) -> None:
+        """A lake flush ended: the messages up to ``upto`` are committed, or (``error``) dropped
+        and their calls fail with it; their sessions' leases are given back."""
+        self.group.finished(upto, error)
+        if self._leased:  # (called with the writer's lock held)
+            done = [s for t, s in self._leased if t <= upto]
+            self._leased = [(t, s) for t, s in self._leased if t > upto]
+            if self.store.coordinator is not None:
+                self.store.coordinator.release(done)
 
     def _known_ids(self, sid: str, messages: Sequence[Message]
                    ) -> dict[str, tuple[int, str, int]]:
@@ -335,7 +350,9 @@ class Writer:
         self.store.recover()
         self._recoveries = self.store.recoveries
         if self._lake and self._buffer:  # no journal holds them: never acknowledged, dropped
-            self._settle(self._added, lost=True)
+            self._settle(self.group.cut(), self.store.failure or StorageError(
+                f"{self.store.lake.describe() if self.store.lake else 'the lake'} failed before "
+                "these messages were committed; nothing of this call was stored, retry it"))
         self._next.clear()
         self._closed.clear()
         self._users.clear()
@@ -357,26 +374,32 @@ class Writer:
         window as well: used when a session is closed). Retrieval counts ride along with any
         flush; ``counts`` stores them even when nothing else is waiting.
         """
+        if self.store.coordinator is not None:
+            self.store.coordinator.refresh()  # (before the lock: it may drop cached sessions)
         with self._lock:
-            self._flush(finish, hot_too=hot_too, counts=counts)
+            try:
+                self._flush(finish, hot_too=hot_too, counts=counts)
+            finally:
+                self.store.writing = None
 
     def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
         if not self._lake:
             self._flush_tables(finish, hot_too=hot_too, counts=counts)
             return
-        upto = self._added
+        upto = self.group.cut()
         try:
             self._flush_tables(finish, hot_too=hot_too, counts=counts)
-        except BaseException:
+        except BaseException as exc:
             if self._buffer:  # never acknowledged: dropped, with what was derived from them
                 self._buffer = []
                 self._rows, self._rows_n = TurnRows(), 0
+                self._planned = []
                 self._ids.clear()
                 self._next.clear()
                 self._users.clear()
-                self._settle(upto, lost=True)
+                self._settle(upto, exc)
             raise
-        self._settle(upto, lost=False)
+        self._settle(upto)
 
     def _flush_tables(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
         if self.store.failure is not None or self._recoveries != self.store.recoveries:
@@ -390,6 +413,7 @@ class Writer:
         self.flushed = Flushed(rows, dict(sessions), clock.now(),
                                raw_dropped=not self.config.keep_raw_turns)
         try:
+            self.store.writing = set(sessions) | finish
             with self.store.transaction() as con:
                 if rows.turns:
                     self._insert(con, sessions, rows)

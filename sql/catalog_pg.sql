@@ -41,3 +41,12 @@ SELECT pg_backend_pid() AS pid;
 -- name: terminate_backend
 -- End another connection of the same role (what a lost catalog looks like to its owner).
 SELECT pg_terminate_backend(%(pid)s) AS ended;
+
+-- name: commit_lock
+-- Wait for the lake's commit lock (one write transaction of the lake at a time; the
+-- connection's lock_timeout bounds the wait).
+SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NULL AS locked;
+
+-- name: commit_unlock
+-- Give the commit lock back.
+SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0)) AS released;

@@ -41,3 +41,8 @@ SELECT * EXCLUDE (pin_id, k), (SELECT value FROM main._cce_sequences WHERE name 
 FROM (SELECT *, row_number() OVER (ORDER BY pin_id) - 1 AS k FROM _b_import);
 UPDATE main._cce_sequences SET value = value + (SELECT count(*) FROM _b_import)
 WHERE name = 'pin_ids';
+
+-- name: stamp_commit
+-- Sign the running transaction's snapshot: author (the process), message and the sessions it
+-- wrote as JSON, read by the other processes (cce_duck.changefeed).
+CALL ducklake_set_commit_message(current_database(), $author, $message, extra_info => $extra);

@@ -14,15 +14,18 @@ WHERE $prefix = '' OR namespace = $prefix OR starts_with(namespace, $prefix || '
 ORDER BY item_id;
 
 -- name: item_vectors
--- The vectors of some items (registered table `wanted(item_id)`), by item and text.
+-- The vectors of the items under a namespace prefix ('' for all), by item and text.
 SELECT v.item_id, v.text_no, v.vector
-FROM main.store_item_vectors AS v JOIN wanted USING (item_id)
+FROM main.store_item_vectors AS v JOIN main.store_items AS i USING (item_id)
+WHERE $prefix = '' OR i.namespace = $prefix OR starts_with(i.namespace, $prefix || '.')
 ORDER BY v.item_id, v.text_no;
 
 -- name: item_postings
--- Term frequencies of some terms (registered table `asked(term)`) in some items (`wanted`).
+-- Term frequencies of the terms `$terms` in the items under a namespace prefix.
 SELECT p.item_id, p.term, p.tf
-FROM main.store_item_postings AS p JOIN wanted USING (item_id) JOIN asked USING (term);
+FROM main.store_item_postings AS p JOIN main.store_items AS i USING (item_id)
+WHERE list_contains($terms, p.term)
+  AND ($prefix = '' OR i.namespace = $prefix OR starts_with(i.namespace, $prefix || '.'));
 
 -- name: item_namespaces
 -- Every namespace that holds an item.
@@ -63,3 +66,8 @@ INSERT INTO main.store_item_postings SELECT session_id, item_id, term, tf FROM n
 -- name: owner_has_items
 -- Whether an owner (a session id, or '@user:ID') has stored items.
 SELECT 1 FROM main.store_items WHERE session_id = $owner LIMIT 1;
+
+-- name: owner_items
+-- Every item of an owner (a session id, or '@user:ID'), in the order they were first stored.
+SELECT namespace, key, value, created_at, updated_at
+FROM main.store_items WHERE session_id = $owner ORDER BY item_id;

@@ -35,7 +35,7 @@ def test_all_extra_brings_every_runnable_feature() -> None:
     extras = PYPROJECT["project"]["optional-dependencies"]
     (spec,) = extras["all"]
     named = set(re.fullmatch(r"cce_duck\[(.+)\]", spec).group(1).split(","))  # type: ignore[union-attr]
-    assert named == {"server", "integrations", "llm", "multilingual", "neural"}
+    assert named == {"server", "integrations", "llm", "multilingual", "neural", "lake"}
     assert named <= set(extras)
 
 

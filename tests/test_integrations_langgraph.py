@@ -8,12 +8,14 @@ hash embedder through the real registry. LangGraph's own store tests, ported, ar
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+import pyarrow.parquet as pq
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_config, get_store
@@ -151,6 +153,28 @@ def test_search_is_the_engines_ranking(store: CCEStore) -> None:
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
+def test_search_turns_ranks_the_users_conversations(store: CCEStore, file_engine: Engine) -> None:
+    file_engine.ingest("ann-0", [{"role": "user", "content": "My sister Ines moved to Porto."},
+                                 {"role": "assistant", "content": "Porto is lovely in spring."}],
+                       user_id="ann")
+    file_engine.ingest("ann-1", [{"role": "user", "content": "I bought a green Bianchi bike."}],
+                       user_id="ann")
+    file_engine.ingest("ben-0", [{"role": "user", "content": "Ines is my cousin too."}],
+                       user_id="ben")
+    turns = store.search_turns("ann", "Where does Ines live?", limit=3)
+    assert turns[0].namespace == ("users", "ann", "sessions", "ann-0")
+    assert (turns[0].key, turns[0].value["content"]) == ("0", "My sister Ines moved to Porto.")
+    assert all(t.namespace[3] in ("ann-0", "ann-1") for t in turns)  # never another user's
+    # the engine's ranking: the order and scores of Engine.user_search for the same question
+    frame = file_engine.user_search("ann", "Where does Ines live?", k=3)
+    assert [(t.namespace[3], int(t.key), t.score) for t in turns] == list(
+        zip(frame["session_id"], frame["turn_no"], frame["score"], strict=True))
+    assert store.search_turns("nobody", "Ines") == []
+    assert store.search(("users", "ann")) == []  # turns are not items
+    with pytest.raises(ValidationError):
+        store.search_turns("ann", "   ")
+
+
 def test_items_leave_the_session_indexes_valid(store: CCEStore, file_engine: Engine) -> None:
     file_engine.ingest("s1", [{"role": "user", "content": f"message {i} about lighthouses"}
                               for i in range(12)])
@@ -227,6 +251,45 @@ def test_erasing_a_user_or_a_session_erases_their_items_from_every_file(data_dir
                                         ("users", "eve", "memories")]
     assert _readable(data_dir, gone) == []
     assert _readable(data_dir, kept) == kept
+
+
+def test_a_users_export_holds_their_items(tmp_path: Path, file_engine: Engine) -> None:
+    st = CCEStore(engine=file_engine)
+    file_engine.ingest("ann-0", [{"role": "user", "content": "hello"}], user_id="ann")
+    st.put(("users", "ann", "memories"), "diet", {"text": "vegetarian", "since": 2019})
+    st.put(("users", "ann"), "profile", {"name": "Ann"}, index=False)
+    st.put(("users", "ben", "memories"), "diet", {"text": "vegan"})  # another user's
+    doc = file_engine.user_document("ann")
+    assert [s["session_id"] for s in doc["sessions"]] == ["ann-0"]
+    assert [(i["namespace"], i["key"], i["value"]) for i in doc["items"]] == [
+        (["users", "ann", "memories"], "diet", {"text": "vegetarian", "since": 2019}),
+        (["users", "ann"], "profile", {"name": "Ann"})]
+    assert doc["items"][0]["created_at"] == st.get(("users", "ann", "memories"),  # type: ignore[union-attr]
+                                                   "diet").created_at.isoformat()
+    only = file_engine.user_document("ben")  # a user with items only
+    assert only["sessions"] == []
+    assert [i["value"] for i in only["items"]] == [{"text": "vegan"}]
+    folder = file_engine.export_user("ann", tmp_path / "ann-pq", format="parquet")
+    assert sorted(p.name for p in folder.iterdir()) == ["ann-0", "store_items.parquet"]
+    table = pq.read_table(folder / "store_items.parquet").to_pylist()
+    assert [(r["key"], json.loads(r["value"])) for r in table] == [
+        ("diet", {"text": "vegetarian", "since": 2019}), ("profile", {"name": "Ann"})]
+    with pytest.raises(NotFoundError):
+        file_engine.user_document("nobody")
+
+
+def test_a_deleted_item_leaves_the_file_at_the_next_rewrite(data_dir: Path) -> None:
+    marker = f"QD{secrets.token_hex(8)}"
+    with Engine(data_dir=data_dir, embedder="hash") as eng:
+        st = CCEStore(engine=eng)
+        st.put(("shared",), "gone", {"text": f"soon deleted {marker}"})
+        st.put(("shared",), "kept", {"text": "stays"})
+        eng.store.con.execute("CHECKPOINT")
+        assert _readable(data_dir, [marker]) == [marker]
+        st.delete(("shared",), "gone")
+        eng.compact()
+        assert [i.key for i in st.search(("shared",))] == ["kept"]
+    assert _readable(data_dir, [marker]) == []
 
 
 def test_an_encrypted_folder_encrypts_items(tmp_path: Path) -> None:

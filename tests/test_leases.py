@@ -10,22 +10,26 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import duckdb
 import pytest
 
 from cce_duck.changefeed import ChangeFeed
 from cce_duck.errors import ConflictError, StorageError
 from cce_duck.groupcommit import GroupCommit
-from cce_duck.leases import CatalogLink, Leases, catalog_name
-from tests.pg import catalog_database
+from cce_duck.lake import load_extensions
+from cce_duck.leases import CatalogLink, CommitLock, Leases, catalog_name
+from tests.lake import pg_database
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.lake]
 
 
 @pytest.fixture
 def dsn() -> Iterator[str]:
-    with catalog_database("leases") as url:
-        yield url
+    """A new database on the test PostgreSQL (its libpq connection string)."""
+    with pg_database() as catalog:
+        yield catalog.removeprefix("postgres:")
 
 
 _HOLDER = textwrap.dedent("""
@@ -149,8 +153,7 @@ def test_group_commit_batches_concurrent_writes_and_fails_only_what_it_covered()
 
     def client(k: int) -> None:
         for i in range(40):
-            gc.arriving()
-            with lock:
+            with gc.arriving(), lock:
                 buffered.append(k * 1000 + i)
                 ticket = gc.issue()
             try:
@@ -172,10 +175,10 @@ def test_group_commit_batches_concurrent_writes_and_fails_only_what_it_covered()
     assert gc.commits < 320 / 3
 
 
-def test_the_change_feed_names_other_processes_sessions(dsn: str) -> None:
-    from tests.pg import lake_connection
-
-    con = lake_connection(dsn)
+def test_the_change_feed_names_other_processes_sessions(dsn: str, tmp_path: Path) -> None:
+    con = duckdb.connect()
+    load_extensions(con)
+    con.execute(f"ATTACH 'ducklake:postgres:{dsn}' AS lake (DATA_PATH '{tmp_path}/')")
     me, other = ChangeFeed(CatalogLink(dsn)), ChangeFeed(CatalogLink(dsn))
     try:
         con.execute("CREATE TABLE lake.t (s VARCHAR)")
@@ -203,3 +206,39 @@ def test_the_change_feed_names_other_processes_sessions(dsn: str) -> None:
         con.close()
         me.link.close()
         other.link.close()
+
+
+def test_the_commit_lock_serialises_writers_and_dies_with_its_holder(dsn: str) -> None:
+    a = CommitLock(CatalogLink(dsn), "t")
+    b = CommitLock(CatalogLink(dsn, lock_timeout_s=0.3), "t")
+    try:
+        with a.held(), pytest.raises(StorageError, match=r"commit lock for more than 0\.3 s"), b.held():
+            pass
+        b.link.close()
+        b = CommitLock(CatalogLink(dsn), "t")
+        order: list[str] = []
+        held = threading.Event()
+
+        def first() -> None:
+            with a.held():
+                held.set()
+                time.sleep(0.3)
+                order.append("a")
+
+        t = threading.Thread(target=first)
+        t.start()
+        held.wait()
+        with b.held():
+            order.append("b")
+        t.join()
+        assert order == ["a", "b"]
+        assert b.waited_s >= 0.2
+        with a.held():  # the holder's connection ends: the lock is free at once
+            pid = a.link.run("backend_pid")[0][0]
+            Leases(b.link, "t").link.run("terminate_backend", {"pid": pid})
+            start = time.monotonic()
+            with b.held():
+                assert time.monotonic() - start < 1.0
+    finally:
+        a.link.close()
+        b.link.close()

@@ -4,7 +4,10 @@
 --   cce_duck.index.retrieve_across computes, every constant from sql/ranking_v1.json. The
 --   user's sessions are laid end to end in time order (of their first turn), one position left
 --   empty between two sessions (no turn counts as the reply to another session's question);
---   BM25 statistics, recency and the fusion are those of the whole. Scores as cce_retrieve_v2.
+--   BM25 statistics, recency and the fusion are those of the whole. Scores as cce_retrieve_v2,
+--   then the session prior (step 6): each listed hit's score times (1 + session_weight *
+--   strength / strongest) / (1 + session_weight), a session's strength being the sum of its
+--   best session_top listed fused scores.
 -- Parameters:
 --   uid VARCHAR                 user id
 --   query VARCHAR               the question (embedded with cce_embed_query)
@@ -16,8 +19,8 @@
 --   recency_weight DOUBLE, rrf_k INTEGER  default: the ranking specification's
 --   conversation BOOLEAN := true  false: the fused ranking only, k rows
 -- Returns: session_id, turn_no, pos (the position in the whole), note_id, role, speaker, ts,
---   dense, best_sentence, bm25, recency, asks, n_terms, fused, score (NULL without
---   conversation), rank. An unknown user gives no rows (Engine.user_search raises instead).
+--   dense, best_sentence, bm25, recency, asks, n_terms, fused, score (after the session
+--   prior; of the fused score without conversation), rank. An unknown user gives no rows (Engine.user_search raises instead).
 CREATE OR REPLACE TEMP MACRO cce_retrieve_user_v1(uid, query, k := 40, since := NULL,
     until := NULL, sid := NULL, before_turn := NULL, recency_weight := @RECENCY_WEIGHT@,
     rrf_k := @RRF_K@, conversation := true) AS TABLE
@@ -150,10 +153,25 @@ conversed AS (
         END AS score
     FROM listed AS l, named
     WINDOW w AS (ORDER BY l.pos)
+),
+strengths AS (
+    -- the session prior: a session's strength is the sum of its best listed fused scores
+    SELECT session_id,
+        list_sum(list_slice(list(fused ORDER BY fused DESC), 1, @SESSION_TOP@)) AS strength
+    FROM conversed
+    GROUP BY session_id
+),
+priored AS (
+    SELECT c.*, coalesce(c.score, c.fused)
+        * CASE WHEN m.strongest > 0 AND @SESSION_WEIGHT@ <> 0
+               THEN (1 + @SESSION_WEIGHT@ * st.strength / m.strongest) / (1 + @SESSION_WEIGHT@)
+               ELSE 1.0::DOUBLE END AS final
+    FROM conversed AS c
+    JOIN strengths AS st ON st.session_id = c.session_id,
+        (SELECT max(strength) AS strongest FROM strengths) AS m
 )
 SELECT session_id, turn_no, pos, note_id, role, speaker, ts, dense, best_sentence, bm25,
-    recency, asks, n_terms, fused, score,
-    row_number() OVER (ORDER BY CASE WHEN conversation THEN score ELSE fused END DESC,
-                       pos DESC) AS rank
-FROM conversed
+    recency, asks, n_terms, fused, final AS score,
+    row_number() OVER (ORDER BY final DESC, pos DESC) AS rank
+FROM priored
 ORDER BY rank;

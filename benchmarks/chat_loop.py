@@ -145,7 +145,10 @@ def chat_loop(data: Path, embedder: str, durability: str = "fsync",
             times: dict[str, list[float]] = {n: [] for n in names}
             tokens: dict[str, list[int]] = {n: [] for n in names}
             floor_ms: list[float] = []
+            flushes = 0
             for i in range(WARMUP + STEPS):
+                if i == WARMUP:
+                    flushes = eng.index.extensions  # each flush extends the index once
                 m = msgs[START + i]
                 q = questions[i % len(questions)]
                 t0 = time.perf_counter()
@@ -161,6 +164,7 @@ def chat_loop(data: Path, embedder: str, durability: str = "fsync",
                         tokens[name].append(n_tokens)
                 if i >= WARMUP:
                     floor_ms.append(floor)
+            out["flushes_in_steps"] = eng.index.extensions - flushes  # (the library's)
             out["turns_at_end"] = eng.writer.next_turn(sid)
             out["index_loads"] = eng.index.loads
     finally:
@@ -169,6 +173,7 @@ def chat_loop(data: Path, embedder: str, durability: str = "fsync",
     out.update({
         "steps": STEPS, "warmup": WARMUP, "start_turn": START, "max_tokens": MAX_TOKENS,
         "step_p50_ms": _pct(step_ms, 0.5), "step_p95_ms": _pct(step_ms, 0.95),
+        "step_p99_ms": _pct(step_ms, 0.99), "step_max_ms": max(step_ms),
         "floor_p50_ms": _pct(floor_ms, 0.5), "floor_p95_ms": _pct(floor_ms, 0.95),
         "context_tokens_max": max(tokens["library"]), "load_avg_1m_end": os.getloadavg()[0],
     })

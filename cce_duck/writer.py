@@ -393,6 +393,7 @@ class Writer:
             if self._buffer:  # never acknowledged: dropped, with what was derived from them
                 self._buffer = []
                 self._rows, self._rows_n = TurnRows(), 0
+                self._planned = []
                 self._ids.clear()
                 self._next.clear()
                 self._users.clear()

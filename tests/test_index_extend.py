@@ -4,11 +4,17 @@ exactly what a reloaded index gives."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from cce_duck import Engine
 from cce_duck.index import SessionIndex
@@ -118,3 +124,53 @@ def test_several_sessions_in_one_flush(tmp_path: Path) -> None:
             assert idx is not None
             _same_index(idx, SessionIndex.load(eng.store, sid, idx.key))
         assert eng.index.loads == 2
+
+
+CHILD = textwrap.dedent("""
+    import json, sys, time
+    from cce_duck import Engine
+    folder, n = sys.argv[1], int(sys.argv[2])
+    msgs = json.loads(sys.stdin.read())
+    eng = Engine(data_dir=folder, embedder="hash", hot_tier_max_turns=6, live_batch_turns=4,
+                 recent_turns=2, flush_every=1000)
+    eng.add_message("s", "user", "hello")
+    eng.context("s", "hello")  # the first read loads the index (and flushes)
+    for m in msgs[:n]:
+        eng.add_message("s", m["role"], m["content"], m["timestamp"], m.get("name"))
+        notes = eng.context("s", "When is the launch?", max_tokens=250).notes
+    print(json.dumps({"pending": eng.writer.pending_count(),
+                      "planned": len(eng.writer._planned),
+                      "notes": sorted({n["note_id"] for n in notes} - {None})}), flush=True)
+    time.sleep(120)  # killed with -9 here: the turns are in the journal only
+""")
+
+
+@pytest.mark.processes
+def test_a_kill_after_notes_served_from_memory_loses_nothing(tmp_path: Path) -> None:
+    """Contexts compress closing topics in memory and nothing reaches the tables; kill -9;
+    the reopened folder has every acknowledged turn once, in order, compressed into notes
+    that cover each turn at most once, and contexts are built from them."""
+    msgs = [m | {"timestamp": m["timestamp"].isoformat()} for m in _messages()[:30]]
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), str(len(msgs))],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None
+    assert child.stdout is not None
+    child.stdin.write(json.dumps(msgs))
+    child.stdin.close()
+    with child.stdout:
+        state = json.loads(child.stdout.readline())
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert state["pending"] == len(msgs)  # none of them reached the tables (2 s may pass: no
+    assert state["planned"] >= 1          # add flushed, flush_every is large) and notes were made
+    with Engine(data_dir=tmp_path, embedder="hash", **SMALL) as eng:
+        history = eng.history("s")
+        assert [h["content"] for h in history] == ["hello"] + [m["content"] for m in msgs]
+        assert [h["turn_no"] for h in history] == list(range(len(msgs) + 1))
+        notes = eng.notes("s").sort("start_turn").to_dicts()
+        assert notes
+        covered = [t for n in notes for t in range(n["start_turn"], n["end_turn"] + 1)]
+        assert len(covered) == len(set(covered))
+        turns = eng.turns("s")
+        assert set(turns.filter(turns["note_id"].is_not_null())["turn_no"]) == set(covered)
+        assert eng.context("s", "When is the launch?", max_tokens=250).notes

@@ -228,6 +228,7 @@ def test_every_macro_answers_on_the_lake_as_on_a_file(lake: LakeSpec, tmp_path: 
         "cce_forget_plan": f"FROM cce_forget_plan('{SID}', first_turn := 8, last_turn := 11)",
         "cce_export": "SELECT kind, key, data->>'content' AS content, data->>'label' AS label "
                       f"FROM cce_export('{SID}')",
+        "cce_retrieve_user": "FROM cce_retrieve_user('u1', 'How much is a piano lesson?')",
         "cce_user_overview": "SELECT session_id, status, turns, summary, "
                              "list_transform(topics, t -> t.label) AS labels "
                              "FROM cce_user_overview('u1')",

@@ -405,12 +405,17 @@ class Engine(ManagementMixin):
         with self.store.reading():
             return self.store.frame("users")
 
-    def export_user(self, user_id: str, path: str | Path, *, format: str = "json") -> Path:
+    def export_user(self, user_id: str, path: str | Path, *, format: str = "json",
+                    confined: bool = False) -> Path:
         """Write every session of the user to ``path``: one JSON file, or with
         ``format="parquet"`` a folder of session exports (one folder per session, each one
         :meth:`import_session` reads) with the user's store items in ``store_items.parquet``.
-        Unknown user: :class:`NotFoundError`."""
-        return export.export_user(self.store, user_id, self._user_or_items(user_id), path, format)
+        Unknown user: :class:`NotFoundError`. ``confined``: as for :meth:`export_session`,
+        ``path`` must lie inside :attr:`Config.export_dir`."""
+        sessions = self._user_or_items(user_id)
+        if confined:
+            path = export.confined_path(self.config.export_dir, path)
+        return export.export_user(self.store, user_id, sessions, path, format)
 
     def user_document(self, user_id: str) -> dict[str, Any]:
         """The JSON export of a user as a dict (what :meth:`export_user` writes), with the
@@ -486,11 +491,25 @@ class Engine(ManagementMixin):
         own = [str(t) for t in self.user_pins(user_id)["text"]] if sid not in sessions else []
         with self.store.reading():
             payload = build_user_context(self.store, self.config, req, sessions, cache=self.index,
-                                         explain=explain, user_pins=own)
+                                         explain=explain, user_pins=own, user_id=user_id)
         if not self.store.read_only:
             for n in payload.notes:
-                self.writer.note_retrieved(n["session_id"], [n["note_id"]])
+                if n["note_id"] is not None:  # an overview lists sessions, not notes
+                    self.writer.note_retrieved(n["session_id"], [n["note_id"]])
         return payload
+
+    def user_overview(self, user_id: str, *, since: datetime | str | None = None,
+                      until: datetime | str | None = None) -> pl.DataFrame:
+        """What the user talked about: their sessions in time order with the cold-tier summary
+        (closed sessions) and the topics, those with a turn inside ``since``..``until`` (the
+        ``cce_user_overview`` macro). Unknown user: :class:`NotFoundError`."""
+        uid = validate_user_id(user_id)
+        self.user_sessions(uid)
+        window = Window.parse(since, until, None)
+        with self.store.reading():
+            return self.store.con.execute(
+                "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
+                [uid, window.since, window.until]).pl()
 
     def user_search(self, user_id: str, query: str, k: int = 10) -> pl.DataFrame:
         """Ranked turns of all the user's sessions for ``query`` (the ranking of
@@ -502,7 +521,8 @@ class Engine(ManagementMixin):
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
             raise ValidationError("k must be a positive integer")
         query = query.encode("utf-8", "replace").decode("utf-8")
-        hits = retrieve_user(self.store, self.config, sessions, query, k=k, cache=self.index)
+        with self.store.reading():
+            hits = retrieve_user(self.store, self.config, sessions, query, k=k, cache=self.index)
         return pl.DataFrame(hits, schema=USER_SEARCH_SCHEMA, orient="row") if hits else \
             pl.DataFrame(schema=USER_SEARCH_SCHEMA)
 
@@ -533,11 +553,17 @@ class Engine(ManagementMixin):
         return pl.DataFrame(hits, schema=SEARCH_SCHEMA, orient="row") if hits else pl.DataFrame(
             schema=SEARCH_SCHEMA)
 
-    def sessions(self) -> pl.DataFrame:
-        """Every session with its turn and note counts."""
+    def sessions(self, user_id: str | None = None) -> pl.DataFrame:
+        """Every session with its turn and note counts; with ``user_id`` only the user's, in
+        time order (:meth:`user_sessions`; an unknown user raises :class:`NotFoundError`)."""
+        order = None if user_id is None else pl.DataFrame(
+            {"session_id": self.user_sessions(user_id)})
         self._store_pending()
         with self.store.reading():
-            return self.store.frame("sessions")
+            frame = self.store.frame("sessions")
+        if order is None:
+            return frame
+        return order.join(frame, on="session_id", how="left", maintain_order="left")
 
     def notes(self, session_id: str) -> pl.DataFrame:
         """A session's notes (warm tier), in conversation order, without vectors."""

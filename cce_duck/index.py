@@ -674,7 +674,9 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     position between two sessions, so no turn counts as the reply to another session's
     question), and BM25 statistics, recency and the fusion are those of the whole. ``before``
     leaves out each named session's turns from that turn number on (those sent verbatim).
-    Hits are those of :meth:`SessionIndex.retrieve` with ``conversation=True``, plus
+    Hits are those of :meth:`SessionIndex.retrieve` with ``conversation=True``, ordered by
+    the session prior (step 6 of :mod:`cce_duck.ranking`: it leaves one session's order and
+    scores as they are), plus
     ``session_id`` and ``pos`` (the position in the whole); ``row`` is the session index's row.
     ``joined``: the :class:`JoinedIndex` of these parts when one is kept (else, or when it is
     stale, one is built for the call: the same ranking).
@@ -719,10 +721,14 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
         ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
                               recency_weight=recency_weight, rrf_k=rrf_k, asks=j.asks[cand],
                               n_terms=j.n_terms[cand], other=other[cand])
+    listed = cand[ranked.order]
+    session = np.searchsorted(j.starts, listed, side="right") - 1
+    score = ranking.session_scores(ranked.fused if ranked.score is None else ranked.score,
+                                   ranked.fused, session)
+    final = np.lexsort((-pos[listed], -score))
     out = []
-    hits = cand[ranked.order]
-    part_of = (np.searchsorted(j.starts, hits, side="right") - 1).tolist()
-    for r, (g, which) in enumerate(zip(hits.tolist(), part_of, strict=True)):
+    for r, (f, g, which) in enumerate(zip(final.tolist(), listed[final].tolist(),
+                                          session[final].tolist(), strict=True)):
         sid, idx = parts[which]
         row = g - int(j.starts[which])
         nid = int(idx.note_id[row])
@@ -732,8 +738,7 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
             "speaker": idx.speaker[row], "ts": idx.ts[row].item(), "dense": float(dense[g]),
             "best_sentence": int(best[g]) if best[g] >= 0 else None, "bm25": float(bm25[g]),
             "recency": float(recency[g]), "asks": bool(j.asks[g]), "n_terms": int(j.n_terms[g]),
-            "fused": float(ranked.fused[r]), "rank": r + 1,
-            "score": float(ranked.score[r]) if ranked.score is not None else 0.0})
+            "fused": float(ranked.fused[f]), "rank": r + 1, "score": float(score[f])})
     return out
 
 

@@ -42,6 +42,12 @@ FROM (SELECT *, row_number() OVER (ORDER BY pin_id) - 1 AS k FROM _b_import);
 UPDATE main._cce_sequences SET value = value + (SELECT count(*) FROM _b_import)
 WHERE name = 'pin_ids';
 
+-- name: item_ids
+-- `$n` fresh ids for new store items (sql/store_items.sql), from their _cce_sequences row.
+UPDATE main._cce_sequences SET value = value + $n WHERE name = 'store_item_ids';
+SELECT value - $n + r.i AS item_id
+FROM main._cce_sequences, range($n) AS r(i) WHERE name = 'store_item_ids' ORDER BY r.i;
+
 -- name: stamp_commit
 -- Sign the running transaction's snapshot: author (the process), message and the sessions it
 -- wrote as JSON, read by the other processes (cce_duck.changefeed).

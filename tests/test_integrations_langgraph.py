@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 
 import pyarrow.parquet as pq
 import pytest
+from lake import make_lake
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_config, get_store
 from langgraph.graph import END, START, StateGraph
@@ -24,7 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import InvalidNamespaceError, PutOp
 
-from cce_duck import Engine, NotFoundError, ValidationError, ranking
+from cce_duck import Config, Engine, NotFoundError, ValidationError, ranking
 from cce_duck.integrations.langgraph import CCEStore
 
 PASS = "correct horse battery staple"
@@ -212,6 +213,25 @@ def test_threads_write_and_read_beside_the_engine(store: CCEStore, file_engine: 
     assert errors == []
     assert [len(store.search(("users", f"u{t}"), limit=50)) for t in range(3)] == [8, 8, 8]
     assert len(file_engine.history("chat")) == 16
+
+
+@pytest.mark.lake
+def test_the_store_works_on_a_lake(tmp_path: Path) -> None:
+    """A DuckLake store (local catalog): no sequences there, ids come from _cce_sequences."""
+    with make_lake("file", tmp_path) as spec, Engine(Config(data_dir=None, embedder="hash",
+                                                            **spec.config())) as eng:
+        st = CCEStore(engine=eng)
+        st.put(("users", "ann", "memories"), "diet", {"text": "vegetarian since 2019"})
+        st.batch([PutOp(("users", "ann", "memories"), f"k{i}", {"text": f"fact {i}"})
+                  for i in range(3)])
+        st.put(("users", "ann", "memories"), "diet", {"text": "vegan since 2021"})
+        assert st.get(("users", "ann", "memories"), "diet").value == {  # type: ignore[union-attr]
+            "text": "vegan since 2021"}
+        assert st.search(("users",), query="Is Ann vegan?")[0].key == "diet"
+        assert eng.sql("SELECT item_id FROM store_items ORDER BY 1")["item_id"].to_list() == [
+            1, 2, 3, 4]
+        assert eng.delete_user("ann")["store_items"] == 4
+        assert st.list_namespaces() == []
 
 
 # -- namespaces belong to users and sessions ------------------------------------------------------

@@ -13,7 +13,7 @@ from cce_duck.cli.common import DataDir, EmbedderOpt, _engine, _fail, app
 from cce_duck.cli.output import say
 from cce_duck.config import Config
 
-__all__ = ["decrypt", "encrypt", "export", "import_"]
+__all__ = ["ExportFormat", "FormatOpt", "decrypt", "encrypt", "export", "import_"]
 
 
 class ExportFormat(StrEnum):
@@ -23,12 +23,15 @@ class ExportFormat(StrEnum):
     parquet = "parquet"
 
 
+FormatOpt = Annotated[ExportFormat, typer.Option("--format", "-f",
+                                                 help="json (no vectors) or parquet.")]
+
+
 @app.command()
 def export(
     session: Annotated[str, typer.Argument(help="Session id.")],
     path: Annotated[Path, typer.Argument(help="File (json) or folder (parquet) to write.")],
-    fmt: Annotated[ExportFormat, typer.Option("--format", "-f", help="json (no vectors) or parquet.")
-                   ] = ExportFormat.json,
+    fmt: FormatOpt = ExportFormat.json,
     data_dir: DataDir = None,
 ) -> None:
     """Write one session (turns, notes, pins, summary) to a file."""

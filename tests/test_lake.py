@@ -228,6 +228,7 @@ def test_every_macro_answers_on_the_lake_as_on_a_file(lake: LakeSpec, tmp_path: 
         "cce_forget_plan": f"FROM cce_forget_plan('{SID}', first_turn := 8, last_turn := 11)",
         "cce_export": "SELECT kind, key, data->>'content' AS content, data->>'label' AS label "
                       f"FROM cce_export('{SID}')",
+        "cce_retrieve_user": "FROM cce_retrieve_user('u1', 'How much is a piano lesson?')",
         "cce_user_overview": "SELECT session_id, status, turns, summary, "
                              "list_transform(topics, t -> t.label) AS labels "
                              "FROM cce_user_overview('u1')",
@@ -370,3 +371,58 @@ def test_erasure_leaves_the_text_in_no_file(lake: LakeSpec, how: str) -> None:
         assert eng.sql(f"SELECT count(*) AS n FROM turns WHERE content LIKE '%{MARKER}%'")["n"][0] == 0
         assert eng.context("keep", "Another session?").to_string()  # the rest still reads
     assert _files_with(lake, MARKER) == []  # (also after close: the catalog file's last write)
+
+
+# -- the sandbox ----------------------------------------------------------------------------
+
+LAKE_HOSTILE = [
+    "SELECT * FROM ducklake_set_option('lake', 'data_inlining_row_limit', 10)",
+    "SELECT * FROM lake.set_option('data_inlining_row_limit', 10)",
+    "SELECT count(*) FROM ducklake_expire_snapshots('lake', older_than => now())",
+    "SELECT count(*) FROM ducklake_cleanup_old_files('lake', cleanup_all => true)",
+    "SELECT * FROM ducklake_merge_adjacent_files('lake')",
+    "SELECT * FROM ducklake_rewrite_data_files('lake', delete_threshold => 0.0)",
+    "SELECT * FROM ducklake_flush_inlined_data('lake')",
+    "SELECT * FROM ducklake_add_data_files('lake', 'turns', '{out}/secret.parquet')",
+    "SELECT * FROM postgres_query('__ducklake_metadata_lake', 'DELETE FROM ducklake_snapshot')",
+    "SELECT * FROM postgres_scan('dbname=postgres host=127.0.0.1', 'public', 'pg_class')",
+    "CALL postgres_execute('__ducklake_metadata_lake', 'DROP TABLE ducklake_snapshot')",
+    "ATTACH 'ducklake:{out}/other.ducklake' AS other",
+    "ATTACH 'dbname=postgres host=127.0.0.1' AS pg (TYPE postgres)",
+    "DETACH lake",
+    "USE __ducklake_metadata_lake",
+    "DELETE FROM __ducklake_metadata_lake.ducklake_snapshot",
+]
+
+
+def _state(eng: Engine) -> tuple[Any, ...]:
+    snap = eng.store.con.execute("SELECT max(snapshot_id) FROM lake.snapshots()").fetchone()
+    opts = eng.store.con.execute("SELECT option_name, value FROM lake.options() ORDER BY 1"
+                                 ).fetchall()
+    turns = eng.store.con.execute("SELECT * FROM turns ORDER BY session_id, turn_no").fetchall()
+    return snap, opts, turns
+
+
+def test_hostile_sql_is_refused_on_the_lake(lake: LakeSpec, tmp_path: Path) -> None:
+    from hostile_sql import HOSTILE, SECRET, plant_secrets
+
+    from cce_duck import ValidationError as Refused
+
+    out, other = tmp_path / "outside", tmp_path / "other"
+    plant_secrets(out)
+    other.mkdir()
+    with _engine(lake) as eng:
+        _load(eng)
+        before = _state(eng)
+        outside = sorted(p.name for p in out.iterdir())
+        for sql in [*HOSTILE, *LAKE_HOSTILE]:
+            text = sql.format(out=out, other=other, data=lake.data_path, sid=SID)
+            try:
+                answer = read_only_query(eng, text)
+            except Refused:
+                continue
+            assert SECRET not in str(answer.rows()), text
+            raise AssertionError(f"ran on the lake: {text}")
+        assert _state(eng) == before
+        assert sorted(p.name for p in out.iterdir()) == outside
+        assert read_only_query(eng, "SELECT count(*) AS n FROM turns")["n"][0] == before[2].__len__()

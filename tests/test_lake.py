@@ -501,3 +501,26 @@ def test_cli_migrate(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     with Engine(data_dir=tmp_path / "g", embedder="hash") as eng:
         assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 21
+
+
+# -- the LLM reply cache and the playbook ---------------------------------------------------
+
+def test_llm_cache_and_playbook_on_the_lake(lake: LakeSpec) -> None:
+    from cce_duck.llm.cache import LLMCache
+    from cce_duck.tools.playbook import Playbook
+
+    with _engine(lake) as eng:
+        cache = LLMCache(eng.store.new_cursor(), lake=True)
+        cache.put("k1", "m", "first reply", 3, 4)
+        cache.put("k1", "m", "second reply", 3, 4)  # refreshed, not duplicated
+        hit = cache.get("k1")
+        assert hit is not None
+        assert hit.text == "second reply"
+        assert eng.sql("SELECT count(*) AS n FROM llm_cache")["n"][0] == 1
+        book = Playbook(eng, "team")
+        first = book.add("rules", "Answer in French.")
+        second = book.add("rules", "Quote the budget in euros.")
+        assert (first, second) == (1, 2)
+        assert [b.content for b in book.bullets()] == ["Answer in French.",
+                                                       "Quote the budget in euros."]
+        assert Playbook(eng, "other").next_ids(2) == [3, 4]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from cce_duck import Engine
+from cce_duck.context import is_overview_question
 from cce_duck.index import SessionIndex
 
 SAMPLE = Path(__file__).resolve().parents[1] / "cce_duck" / "data" / "sample_conversation.json"
@@ -24,6 +25,7 @@ QUESTIONS = [
     "Which database did we choose and why?", "What was decided about the budget?",
     "When is the launch?", "lighthouse", "Who is responsible for the tests?",
     "What did Maria say about encryption keys?", "Where does Priya work?",
+    "What did we talk about so far?",  # an overview lists the stored topics: it flushes
 ]
 SMALL = {"hot_tier_max_turns": 6, "live_batch_turns": 4, "recent_turns": 2}
 
@@ -77,7 +79,8 @@ def test_chat_loop_contexts_match_a_reloaded_index(tmp_path: Path) -> None:
                 got = new.context("s", q, **kw).to_dict()  # type: ignore[arg-type]
                 want = ref.context("s", q, **kw).to_dict()  # type: ignore[arg-type]
                 assert got == want, (i, kw)
-            forced += waiting > 0 and new.writer.pending_count() == 0
+            if not is_overview_question(q):
+                forced += waiting > 0 and new.writer.pending_count() == 0
             if i % 10 == 9:
                 new.flush()  # the tables catch up: a load gives what the index holds
                 idx = new.index.current(new.store, "s")
@@ -86,7 +89,7 @@ def test_chat_loop_contexts_match_a_reloaded_index(tmp_path: Path) -> None:
         notes = new.sql("SELECT count(*) AS n FROM notes")["n"][0]
         assert notes >= 5  # compression ran while the index was extended
         assert new.index.extensions >= len(msgs) // 10  # every flush extended the index
-        # no context flushed: a closing topic is compressed in memory (Writer.plan_notes)
+        # no fact question's context flushed: a closing topic is compressed in memory (Writer.plan_notes)
         assert forced == 1  # the first context, which loads the index
         assert new.history("s") == ref.history("s")  # everything stored, in the same turns
         # and the notes stored later are those the contexts were built from, ids and all

@@ -176,8 +176,10 @@ class SessionIndex:
 
     @cached_property
     def term_ids(self) -> dict[str, int]:
-        """Term -> its id (position in ``vocab``), built on first use: a dict lookup of a few
-        terms instead of hashing the whole vocabulary per query (``pc.index_in``)."""
+        """Term -> its id (position in ``vocab``), built by the first extension: in a chat
+        loop a dict lookup of a few terms instead of hashing the whole vocabulary on every query
+        and extension (``pc.index_in``); an index only queried (loaded, never extended) does
+        without it, so a first query costs no more than it did."""
         return {t: i for i, t in enumerate(self.vocab.to_pylist())}
 
     def remember_quote(self, key: tuple[int, int | None], text: str, tokens: int) -> None:
@@ -518,10 +520,11 @@ class SessionIndex:
     def _bm25(self, terms: list[tuple[str, float]]) -> np.ndarray:
         if not terms or not len(self.vocab):
             return np.zeros(len(self.turn_no))
-        lookup = self.term_ids
+        lookup: dict[str, int] | None = self.__dict__.get("term_ids")  # (made by an extension)
+        ids = [lookup.get(t) for t, _ in terms] if lookup is not None else pc.index_in(
+            pa.array([t for t, _ in terms], pa.string()), value_set=self.vocab).to_pylist()
         postings = []
-        for term, weight in terms:
-            tid = lookup.get(term)
+        for (_, weight), tid in zip(terms, ids, strict=True):
             if tid is not None:
                 lo, hi = self.p_offsets[tid], self.p_offsets[tid + 1]
                 postings.append((weight, self.p_row[lo:hi], self.p_tf[lo:hi]))

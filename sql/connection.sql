@@ -142,3 +142,7 @@ FROM (
 ) AS s
 WHERE t.table_id = s.table_id AND t.column_id = s.column_id
   AND (t.min_value IS DISTINCT FROM s.lo OR t.max_value IS DISTINCT FROM s.hi);
+
+-- name: advance_sequence
+-- Move a new sequence on by ? values (a store copied into a new file continues its ids).
+SELECT count(nextval({name})) FROM range(?);

@@ -23,6 +23,7 @@ from cce_duck.config import Config
 from cce_duck.embedders import register_embedder
 from cce_duck.embedders.hash import HashEmbedder
 from cce_duck.errors import (
+    CCEError,
     EmbedderMismatchError,
     FolderInUseError,
     StorageError,
@@ -426,3 +427,77 @@ def test_hostile_sql_is_refused_on_the_lake(lake: LakeSpec, tmp_path: Path) -> N
         assert _state(eng) == before
         assert sorted(p.name for p in out.iterdir()) == outside
         assert read_only_query(eng, "SELECT count(*) AS n FROM turns")["n"][0] == before[2].__len__()
+
+
+# -- moving ---------------------------------------------------------------------------------
+
+def test_migrate_to_the_lake_and_back_gives_byte_identical_exports(
+        lake: LakeSpec, tmp_path: Path) -> None:
+    from cce_duck.moving import to_file, to_lake
+
+    first, back = tmp_path / "first", tmp_path / "back"
+    with Engine(data_dir=first, embedder="hash") as eng:
+        _load(eng)
+        eng.pin(SID, "Always answer in French.")
+        eng.close_session("s2")
+        eng.export_user("u1", tmp_path / "a.json")
+        eng.export_session("s2", tmp_path / "a2.json")
+    target = Lake.of(lake.catalog, lake.data_path)
+    counts = to_lake(first, target)
+    assert counts["turns"] == 21
+    with _engine(lake) as eng:
+        eng.export_user("u1", tmp_path / "b.json")
+        eng.export_session("s2", tmp_path / "b2.json")
+        second = eng.pin(SID, "A second pin.")
+        assert second > 1  # ids go on past the folder's (a gap is possible, a repeat is not)
+    assert to_file(target, back)["pins"] == 2
+    with Engine(data_dir=back, embedder="hash") as eng:
+        eng.export_user("u1", tmp_path / "c.json")
+        eng.export_session("s2", tmp_path / "c2.json")
+        assert eng.pin(SID, "A third pin.") == second + 1
+        hit = eng.context(SID, "How much does a piano lesson cost?", max_tokens=300)
+        assert "thirty dollars" in hit.to_string()
+    a = (tmp_path / "a.json").read_bytes()
+    assert a == (tmp_path / "b.json").read_bytes()
+    assert (tmp_path / "a2.json").read_bytes() == (tmp_path / "b2.json").read_bytes()
+    assert b"A second pin." in (tmp_path / "c.json").read_bytes()
+    assert (tmp_path / "a2.json").read_bytes() == (tmp_path / "c2.json").read_bytes()
+
+
+def test_migrate_refuses_a_lake_that_is_not_empty(lake: LakeSpec, tmp_path: Path) -> None:
+    from cce_duck.moving import to_lake
+
+    with Engine(data_dir=tmp_path / "f", embedder="hash") as eng:
+        _load(eng)
+    with _engine(lake) as eng:
+        eng.add_message("x", "user", "already here")
+    with pytest.raises(CCEError, match="is not empty"):
+        to_lake(tmp_path / "f", Lake.of(lake.catalog, lake.data_path))
+    with _engine(lake) as eng:
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 1
+
+
+def test_cli_migrate(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cce_duck.cli import app
+
+    runner, env = CliRunner(), {"COLUMNS": "200"}
+    folder, catalog = tmp_path / "f", str(tmp_path / "m.ducklake")
+    with Engine(data_dir=folder, embedder="hash") as eng:
+        _load(eng)
+    out = runner.invoke(app, ["migrate", "--to-lake", "-d", str(folder), "--catalog", catalog],
+                        env=env)
+    assert out.exit_code == 0, out.output
+    assert "copied" in out.output
+    out = runner.invoke(app, ["--catalog", catalog, "sql", "SELECT count(*) AS n FROM turns"],
+                        env=env)
+    assert "21" in out.output
+    out = runner.invoke(app, ["migrate", "--to-file", "--to-lake", "--catalog", catalog], env=env)
+    assert out.exit_code == 2
+    assert "exactly one" in out.output
+    out = runner.invoke(app, ["migrate", "--to-file", "-d", str(tmp_path / "g"), "--catalog",
+                              catalog], env=env)
+    assert out.exit_code == 0, out.output
+    with Engine(data_dir=tmp_path / "g", embedder="hash") as eng:
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 21

@@ -22,6 +22,7 @@ from cce_duck.context import (
     ContextRequest,
     build_context,
     build_user_context,
+    is_overview_question,
     retrieve,
     retrieve_user,
 )
@@ -351,7 +352,8 @@ class Engine(ManagementMixin):
         coord = self.store.coordinator
         if coord is not None:
             coord.refresh()
-        index = None if self.store.read_only else self._flush_for_context(sid)
+        index = None if self.store.read_only else self._flush_for_context(
+            sid, overview=is_overview_question(query))
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
         with self.store.reading():
             payload = build_context(self.store, self.config, req, explain=explain,
@@ -364,14 +366,15 @@ class Engine(ManagementMixin):
             self.writer.note_retrieved(sid, [n["note_id"] for n in payload.notes])
         return payload
 
-    def _flush_for_context(self, sid: str) -> SessionIndex | None:
+    def _flush_for_context(self, sid: str, *, overview: bool = False) -> SessionIndex | None:
         """Store what is journaled, unless the only messages waiting are this session's and
         storing them would only add them: then the session's index takes them in from memory
         (and is returned) and the tables get them with the next flush (by size, by time, any
-        other read, close)."""
+        other read, close). An overview lists the topics the tables hold (``cce_overview``):
+        it stores what waits first."""
         if not self.writer.pending_count() and self.store.failure is None:
             return None  # nothing waits: no lock taken
-        unstored = self.writer.unstored(sid)
+        unstored = None if overview else self.writer.unstored(sid)
         index = None if unstored is None else self.index.take_unstored(
             self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
             batch_turns=self.config.live_batch_turns, topics_to_write=self.writer.topics_to_write,

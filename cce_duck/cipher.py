@@ -33,11 +33,13 @@ __all__ = [
     "JournalCodec",
     "PlainJournal",
     "SealedJournal",
+    "check_marker",
     "check_passphrase",
     "connect_encrypted",
     "folder_key",
     "is_encrypted",
     "load_httpfs",
+    "new_marker",
     "write_marker",
 ]
 
@@ -141,12 +143,7 @@ def write_marker(folder: Path, passphrase: str) -> FolderKey:
     The marker is linked in only if the folder has none, so two processes creating one folder at
     once agree on the first salt: the later one gets ``FileExistsError``.
     """
-    salt = secrets.token_bytes(16)
-    raw = _derive(passphrase, salt, _SCRYPT)
-    nonce = os.urandom(_NONCE)
-    check = AESGCM(raw[32:]).encrypt(nonce, _CHECK, None)
-    doc = {"format": 1, "cipher": "AES-256-GCM", "kdf": "scrypt", **_SCRYPT,
-           "salt": base64.b64encode(salt).decode(), "check": base64.b64encode(nonce + check).decode()}
+    doc, raw = _new_marker(passphrase)
     tmp = folder / f"{MARKER_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         with tmp.open("w", encoding="utf-8") as fh:
@@ -159,23 +156,52 @@ def write_marker(folder: Path, passphrase: str) -> FolderKey:
     return _key(raw)
 
 
-def folder_key(data_dir: Path, passphrase: str) -> FolderKey:
-    """The keys of an encrypted folder; ``EncryptionError`` when the passphrase is wrong."""
-    path = data_dir / MARKER_FILE
+def _new_marker(passphrase: str) -> tuple[dict[str, Any], bytes]:
+    """A marker (scrypt parameters, fresh salt, check value) and the 64 bytes it derives."""
+    salt = secrets.token_bytes(16)
+    raw = _derive(passphrase, salt, _SCRYPT)
+    nonce = os.urandom(_NONCE)
+    check = AESGCM(raw[32:]).encrypt(nonce, _CHECK, None)
+    doc = {"format": 1, "cipher": "AES-256-GCM", "kdf": "scrypt", **_SCRYPT,
+           "salt": base64.b64encode(salt).decode(), "check": base64.b64encode(nonce + check).decode()}
+    return doc, raw
+
+
+def _open_marker(text: str, passphrase: str, where: str) -> FolderKey:
+    """The keys a marker's passphrase gives; ``EncryptionError`` when it is another one."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(text)
         salt = base64.b64decode(doc["salt"])
         params = {k: int(doc[k]) for k in ("n", "r", "p")}
         sealed = base64.b64decode(doc["check"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise EncryptionError(f"the encryption marker {path} is unreadable ({exc})") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EncryptionError(f"the encryption marker of {where} is unreadable ({exc})") from None
     raw = _derive(passphrase, salt, params)
     try:
         AESGCM(raw[32:]).decrypt(sealed[:_NONCE], sealed[_NONCE:], None)
     except InvalidTag:
-        raise EncryptionError(
-            f"wrong encryption passphrase for the data folder {data_dir}") from None
+        raise EncryptionError(f"wrong encryption passphrase for {where}") from None
     return _key(raw)
+
+
+def new_marker(passphrase: str) -> str:
+    """A new marker as JSON text (kept in a lake's ``cce_meta``, where a folder has a file)."""
+    return json.dumps(_new_marker(passphrase)[0])
+
+
+def check_marker(text: str, passphrase: str, where: str) -> None:
+    """``EncryptionError`` unless ``passphrase`` is the one the marker ``text`` was made with."""
+    _open_marker(text, passphrase, where)
+
+
+def folder_key(data_dir: Path, passphrase: str) -> FolderKey:
+    """The keys of an encrypted folder; ``EncryptionError`` when the passphrase is wrong."""
+    path = data_dir / MARKER_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise EncryptionError(f"the encryption marker {path} is unreadable ({exc})") from None
+    return _open_marker(text, passphrase, f"the data folder {data_dir}")
 
 
 def load_httpfs(con: duckdb.DuckDBPyConnection) -> None:

@@ -36,8 +36,10 @@ from pathlib import Path
 import duckdb
 
 from cce_duck import dbfile, folder, sandbox
+from cce_duck.cipher import load_httpfs
 from cce_duck.errors import (
     CCEError,
+    EncryptionError,
     FolderInUseError,
     MissingExtraError,
     StorageError,
@@ -131,11 +133,12 @@ def load_extensions(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(statement("load_extension", literals={"path": str(path)}))
 
 
-def connect(lake: Lake, *, read_only: bool = False,
+def connect(lake: Lake, *, read_only: bool = False, encrypted: bool = False,
             prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None
             ) -> duckdb.DuckDBPyConnection:
     """An in-memory instance with ``lake`` attached as its default catalog, sealed
-    (``prepare`` makes the instance's settings before the seal).
+    (``prepare`` makes the instance's settings before the seal). ``encrypted``: the Parquet
+    files it writes are encrypted (DuckLake's ``ENCRYPTED``).
 
     Raises :class:`StorageError` naming the catalog when it cannot be reached (nothing is created
     then) and when the data path cannot be written.
@@ -145,7 +148,10 @@ def connect(lake: Lake, *, read_only: bool = False,
     con = dbfile.connect()
     try:
         load_extensions(con)
-        attach = "attach_lake_read_only" if read_only else "attach_lake"
+        if encrypted:
+            load_httpfs(con)  # (DuckDB writes encrypted files only with it)
+        attach = ("attach_lake_read_only" if read_only else
+                  "attach_lake_encrypted" if encrypted else "attach_lake")
         try:
             con.execute(statement(attach, literals={
                 "catalog": "ducklake:" + lake.catalog, "path": str(lake.data_path) + "/"},
@@ -196,6 +202,9 @@ def _open_error(lake: Lake, exc: duckdb.Error) -> CCEError:
         return FolderInUseError(f"{lake.describe()} is already open in this process: a local "
                                 "catalog serves one open at a time; share that Engine (or close "
                                 "it first), or use a PostgreSQL catalog for several")
+    if "not encrypted but we requested an encrypted" in text:
+        return EncryptionError(f"{lake.describe()} is not encrypted, and a passphrase never "
+                               "encrypts an existing lake: open it without one")
     if "Could not set lock" in text:
         return FolderInUseError(f"{lake.describe()} is in use by another process: a local "
                                 ".ducklake catalog serves one process; use that process (for "

@@ -21,10 +21,12 @@ from cce_duck.cipher import (
     PLAIN_JOURNAL,
     FolderKey,
     JournalCodec,
+    check_marker,
     check_passphrase,
     connect_encrypted,
     folder_key,
     is_encrypted,
+    new_marker,
     write_marker,
 )
 from cce_duck.coordinator import Coordinator
@@ -225,7 +227,8 @@ class Store:
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         if self.lake is not None:
-            return lake.connect(self.lake, read_only=self.read_only, prepare=self._limit_memory)
+            return lake.connect(self.lake, read_only=self.read_only,
+                                encrypted=self._passphrase is not None, prepare=self._limit_memory)
         if self.data_dir is not None:
             if self.read_only and not Path(self.path).exists():
                 raise CCEError(f"no cce_duck store in {self.data_dir} (nothing to open read-only)")
@@ -342,11 +345,16 @@ class Store:
                 "created_by": f"cce_duck {__version__}",
                 "encrypted": "true" if self.folder_key is not None else "false",
             }
+            if self.lake is not None and self._passphrase is not None:
+                rows["encrypted"] = "true"
+                rows["encryption_marker"] = new_marker(self._passphrase)
             self.con.execute("BEGIN")  # (one commit: on a lake each commit writes files)
             self.con.executemany("INSERT INTO main.cce_meta VALUES (?, ?)", list(rows.items()))
             self.con.execute("COMMIT")
             return emb
-        if (meta.get("encrypted") == "true") != (self.folder_key is not None):
+        if self.lake is not None:
+            self._check_lake_passphrase(meta)
+        elif (meta.get("encrypted") == "true") != (self.folder_key is not None):
             raise EncryptionError(
                 f"the data folder {self.data_dir} records encrypted={meta.get('encrypted')!r} "
                 "but was opened the other way; its files were mixed by hand")
@@ -380,6 +388,19 @@ class Store:
                 [str(migrations.SCHEMA_VERSION)],
             )
         return emb
+
+    def _check_lake_passphrase(self, meta: dict[str, str]) -> None:
+        """Every process of a lake gives the passphrase it was created with, or none if none."""
+        where = self._where()
+        if meta.get("encrypted") != "true":
+            if self._passphrase is not None:
+                raise EncryptionError(f"{where} is not encrypted, and a passphrase never "
+                                      "encrypts an existing lake: open it without one")
+            return
+        if self._passphrase is None:
+            raise EncryptionError(f"{where} is encrypted: give its passphrase (environment "
+                                  "variable CCE_ENCRYPTION_KEY or Config.encryption_key)")
+        check_marker(meta.get("encryption_marker", ""), self._passphrase, where)
 
     @property
     def _ddl(self) -> Callable[[str], str] | None:

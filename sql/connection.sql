@@ -100,6 +100,11 @@ ROLLBACK;
 -- its data path; data inlining off, so no row is ever stored in the catalog database.
 ATTACH {catalog} AS {name} (DATA_PATH {path}, DATA_INLINING_ROW_LIMIT 0);
 
+-- name: attach_lake_encrypted
+-- Attach a DuckLake whose new Parquet files are encrypted (DuckLake's own keys, one per file,
+-- kept in the catalog).
+ATTACH {catalog} AS {name} (DATA_PATH {path}, DATA_INLINING_ROW_LIMIT 0, ENCRYPTED);
+
 -- name: attach_lake_read_only
 -- Attach a DuckLake read-only.
 ATTACH {catalog} AS {name} (DATA_PATH {path}, READ_ONLY);

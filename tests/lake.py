@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,7 +51,14 @@ def pg_database() -> Iterator[str]:
     try:
         yield f"postgres:dbname={name} {dsn}"
     finally:
-        psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", dsn)
+        for attempt in range(20):  # (an autovacuum worker on it is not ours to terminate)
+            try:
+                psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", dsn)
+                break
+            except RuntimeError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
 
 
 @dataclass(frozen=True)

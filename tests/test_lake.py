@@ -524,3 +524,34 @@ def test_llm_cache_and_playbook_on_the_lake(lake: LakeSpec) -> None:
         assert [b.content for b in book.bullets()] == ["Answer in French.",
                                                        "Quote the budget in euros."]
         assert Playbook(eng, "other").next_ids(2) == [3, 4]
+
+
+# -- a passphrase ---------------------------------------------------------------------------
+
+def test_a_passphrase_encrypts_the_files_and_every_open_must_give_it(lake: LakeSpec) -> None:
+    from cce_duck.errors import EncryptionError
+
+    with _engine(lake, encryption_key="correct horse") as eng:
+        eng.add_message(SID, "user", f"The code is {MARKER}.")
+        assert not [p for p in lake.data_path.rglob("*.parquet")
+                    if MARKER.encode() in p.read_bytes()]  # encrypted Parquet files
+        assert read_only_query(eng, "SELECT content FROM turns")["content"][0].endswith(
+            f"{MARKER}.")
+        if lake.kind == "postgres":  # another process at the same time
+            with pytest.raises(EncryptionError, match="wrong encryption passphrase"):
+                _engine(lake, encryption_key="wrong horse")
+    with pytest.raises(EncryptionError, match="wrong encryption passphrase"):
+        _engine(lake, encryption_key="wrong horse")
+    with pytest.raises(EncryptionError, match="is encrypted: give its passphrase"):
+        _engine(lake)
+    with _engine(lake, encryption_key="correct horse") as eng:
+        assert eng.add_message(SID, "user", "again") == 1
+
+
+def test_a_passphrase_never_encrypts_an_existing_plain_lake(lake: LakeSpec) -> None:
+    from cce_duck.errors import EncryptionError
+
+    with _engine(lake) as eng:
+        eng.add_message(SID, "user", "plain")
+    with pytest.raises(EncryptionError, match="is not encrypted"):
+        _engine(lake, encryption_key="correct horse")

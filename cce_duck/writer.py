@@ -378,8 +378,10 @@ class Writer:
         window as well: used when a session is closed). Retrieval counts ride along with any
         flush; ``counts`` stores them even when nothing else is waiting.
         """
-        if self.store.coordinator is not None:
-            self.store.coordinator.refresh()  # (before the lock: it may drop cached sessions)
+        if self.store.coordinator is not None and not self._lock.held():
+            # what other processes changed; never with the lock held (a refresh that found
+            # changes takes the lock to drop cached sessions, holding the coordinator's)
+            self.store.coordinator.refresh()
         with self._lock:
             try:
                 self._flush(finish, hot_too=hot_too, counts=counts)

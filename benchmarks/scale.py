@@ -9,10 +9,11 @@ Sections (one function each; each returns a dict that goes into the results unde
   local DuckDB file with the ``hash`` embedder, ``--clients`` threads each asking for contexts
   (``POST /v1/sessions/{id}/context``, 1,000 tokens) over a keep-alive connection for
   ``--seconds``, on a store of the LoCoMo dev conversations (one session each). The same store is
-  served first by the code of the baseline commit (a ``git archive`` of it put first on
-  ``PYTHONPATH`` of the server process), then by this checkout; reported: requests/s, p50/p95
-  latency of each and the throughput ratio, against the target of issue "Past one machine"
-  (>= 5x, p95 <= 100 ms).
+  served by the code of the baseline commit (a ``git archive`` of it put first on
+  ``PYTHONPATH`` of the server process) and by this checkout, each server on its own byte copy
+  of the store, both running and loaded in turn (``--rounds``, order alternating); reported:
+  requests/s, p50/p95 latency of each and the throughput ratio, against the target of issue
+  "Past one machine" (>= 5x, p95 <= 100 ms).
 
 - ``lake`` (:func:`lake`): 1, 2 and 3 ``cce serve rest`` processes on one DuckLake with a
   PostgreSQL catalog (a database of its own on ``--pg``, dropped afterwards) against a server on
@@ -42,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,8 @@ def build_store(code: Path | None, data_dir: Path, conversations: dict[str, list
     spec = data_dir.parent / "conversations.json"
     spec.write_text(json.dumps(conversations, default=str), encoding="utf-8")
     subprocess.run([sys.executable, "-c", _BUILD, str(spec), str(data_dir)], check=True,
-                   env=server_env(code, data_dir), capture_output=True, text=True)
+                   env=server_env(code, data_dir), capture_output=True, text=True,
+                   cwd=data_dir.parent)  # (not this checkout's folder: it would come first)
 
 
 def _free_port() -> int:
@@ -150,7 +152,9 @@ def rest_server(code: Path | None, data_dir: Path, **settings: str) -> Iterator[
         deadline = time.monotonic() + 120
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {proc.returncode}: see {log.name}")
+                log.flush()
+                raise RuntimeError(f"the server exited with {proc.returncode}:\n"
+                                   + Path(log.name).read_text(encoding="utf-8")[-3000:])
             try:
                 if httpx.get(base + "/health", timeout=2).status_code == 200:
                     break
@@ -215,11 +219,14 @@ def context_load(base: str | list[str], asks: list[tuple[str, str]], clients: in
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    every = [x for part in lat for x in part]
+    return _figures([x for part in lat for x in part], wall, sum(errors), clients)
+
+
+def _figures(every: list[float], wall: float, errors: int, clients: int) -> dict[str, Any]:
     return {"clients": clients, "seconds": round(wall, 2), "requests": len(every),
-            "errors": sum(errors), "requests_per_s": len(every) / wall,
+            "errors": errors, "requests_per_s": len(every) / wall,
             "p50_ms": _pct(every, 0.5), "p95_ms": _pct(every, 0.95),
-            "p99_ms": _pct(every, 0.99)}
+            "p99_ms": _pct(every, 0.99), "latencies_ms": every}
 
 
 # -- sections ----------------------------------------------------------------------------------
@@ -237,19 +244,39 @@ def _conversations(data: Path) -> tuple[dict[str, list[dict[str, Any]]], list[tu
 
 def local_file(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """Context throughput of a REST server on the local file with ``args.clients`` clients:
-    the baseline commit's code, then this checkout's, on the same store, one after the other."""
+    the baseline commit's code and this checkout's, each serving its own byte copy of one store,
+    both running, loaded in turn (``args.rounds`` rounds of ``args.seconds / args.rounds``
+    seconds each, the order alternating) so that a change in the machine's load falls on both."""
     sessions, asks = _conversations(args.data)
     old = checkout(args.baseline, root)
-    data_dir = root / "local"
-    build_store(old, data_dir, sessions)  # built by the old code: both can open it
+    built = root / "built" / "data"
+    built.parent.mkdir()
+    build_store(old, built, sessions)  # built by the old code: both can open it
     out: dict[str, Any] = {"baseline_ref": args.baseline, "embedder": "hash",
                            "sessions": len(sessions),
                            "messages": sum(len(m) for m in sessions.values()),
-                           "max_tokens": MAX_TOKENS, "load_avg_1m_start": os.getloadavg()[0]}
-    for name, code in (("baseline", old), ("new", None)):
-        with rest_server(code, data_dir) as base:
+                           "max_tokens": MAX_TOKENS, "rounds": args.rounds,
+                           "load_avg_1m_start": os.getloadavg()[0]}
+    codes = {"baseline": old, "new": None}
+    for name in codes:
+        shutil.copytree(built.parent, root / name)
+    lat: dict[str, list[float]] = {n: [] for n in codes}
+    wall = dict.fromkeys(codes, 0.0)
+    errors = dict.fromkeys(codes, 0)
+    with ExitStack() as stack:
+        bases = {n: stack.enter_context(rest_server(c, root / n / "data"))
+                 for n, c in codes.items()}
+        for base in bases.values():
             context_load(base, asks[: args.clients * 4], args.clients, 1.0)  # warm: indexes
-            fig = context_load(base, asks, args.clients, args.seconds)
+        for r in range(args.rounds):
+            for name in (list(codes) if r % 2 == 0 else list(codes)[::-1]):
+                fig = context_load(bases[name], asks, args.clients, args.seconds / args.rounds)
+                lat[name] += fig["latencies_ms"]
+                wall[name] += fig["seconds"]
+                errors[name] += fig["errors"]
+    for name in codes:
+        fig = _figures(lat[name], wall[name], errors[name], args.clients)
+        del fig["latencies_ms"]
         out[name] = fig
         out[f"{name}_requests_per_s"] = fig["requests_per_s"]
         out[f"{name}_p50_ms"] = fig["p50_ms"]
@@ -496,7 +523,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, (text, _) in SECTIONS.items():
         ap.add_argument(f"--{name}", action="store_true", help=text)
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
-    ap.add_argument("--seconds", type=float, default=10.0, help="seconds of load per figure")
+    ap.add_argument("--seconds", type=float, default=20.0,
+                    help="seconds of load per server (default 20)")
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="rounds the load of each server is split in, alternating (default 4)")
     ap.add_argument("--baseline", default=BASELINE_REF,
                     help=f"commit the local-file figures compare with (default {BASELINE_REF})")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON file")

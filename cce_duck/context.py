@@ -26,15 +26,16 @@ from cce_duck.history import (
     verbatim_explain,
     window_rows,
 )
-from cce_duck.index import IndexCache, SessionIndex, retrieve_across
+from cce_duck.index import IndexCache, JoinedIndex, SessionIndex, retrieve_across
+from cce_duck.overview import fit_sessions, session_blocks, spread
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, outside_spans, query_terms
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
-__all__ = ["SEARCH_SCHEMA", "ContextRequest", "build_context", "build_user_context",
-           "is_overview_question", "rerank", "retrieve"]
+__all__ = ["SEARCH_SCHEMA", "USER_SEARCH_SCHEMA", "ContextRequest", "build_context",
+           "build_user_context", "is_overview_question", "rerank", "retrieve", "retrieve_user"]
 
 _OVERVIEW = re.compile(
     r"\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
@@ -259,23 +260,32 @@ def _trim(payload: ContextPayload, pins: list[str], cap: int, overview: bool,
         payload.memory = _render_memory(pins, payload.notes, overview, scoped)
 
 
+def _user_parts(store: Store, sessions: list[str], cache: IndexCache | None
+                ) -> tuple[list[tuple[str, SessionIndex]], JoinedIndex | None]:
+    """The indexes of a user's ``sessions`` and, when the cache joins users, their joined index
+    (loaded together)."""
+    if cache is not None and cache.join_users:
+        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
+        return parts, cache.joined(parts)
+    return [(s, _index(store, s, cache)) for s in sessions], None
+
+
 def build_user_context(store: Store, config: Config, req: ContextRequest,
                        sessions: list[str], *, cache: IndexCache | None = None,
-                       explain: bool = False, user_pins: list[str] | None = None
-                       ) -> ContextPayload:
+                       explain: bool = False, user_pins: list[str] | None = None,
+                       user_id: str | None = None) -> ContextPayload:
     """The context for ``req`` across ``sessions`` (a user's, in time order): the pins and
     recent turns of ``req.session_id`` (when it is stored; else ``user_pins``, the user's
     own pins), then quotes ranked over every
     session as one conversation (:func:`cce_duck.index.retrieve_across`), each under the date
-    and the session it was said in. The cap is never exceeded."""
+    and the session it was said in. An overview question ("what did we talk about?") lists
+    the sessions of ``user_id`` instead, in time order with their summaries and topics
+    (:mod:`cce_duck.overview`). The cap is never exceeded."""
     budget = _Budget(req.max_tokens)
     chats = {s: n for n, s in enumerate(sessions, 1)}
-    joining = cache is not None and cache.join_users
-    if cache is not None and joining:
-        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
-    else:
-        parts = [(s, _index(store, s, cache)) for s in sessions]
+    parts, joined = _user_parts(store, sessions, cache)
     own = dict(parts).get(req.session_id)
+    overview = is_overview_question(req.query)
     memory_overhead = MESSAGE_OVERHEAD + estimate_tokens(USER_MEMORY_HEADER) + 1
     pins = [] if own is not None else _pins(user_pins or [], req, budget, memory_overhead)
     verbatim: list[VerbatimTurn] = []
@@ -284,10 +294,9 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         next_turn = int(own.key[1])
         first = next_turn - req.last_turns if req.last_turns else None
         pins = _pins(own.pins, req, budget, memory_overhead)
-        verbatim = _recent(config, own, req, budget, False, next_turn, first)
+        verbatim = _recent(config, own, req, budget, overview, next_turn, first)
         if verbatim:
             before[req.session_id] = verbatim[0].turn_no
-    joined = cache.joined(parts) if cache is not None and joining else None
     if joined is not None:  # what sending all of the user's history costs, once per join
         full = joined.memo.get("full_tokens", -1)
         if full < 0:
@@ -298,7 +307,11 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     hits: list[dict[str, Any]] = []
     chosen: list[dict[str, Any]] = []
     dropped: list[dict[str, Any]] = []
-    if req.query.strip():
+    cap = min(req.max_tokens, full + pins_cost)
+    if overview:
+        chosen, dropped = _user_overview(store, user_id, req, budget, cap, bool(pins),
+                                         memory_overhead, chats)
+    elif req.query.strip():
         qv = store.embedder.embed([req.query], "query")[0]
         hits = retrieve_across(parts, qv, req.query, k=HITS_PER_NOTE * req.top_k,
                                since=req.since, until=req.until, before=before,
@@ -311,17 +324,18 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
                                          chats=chats)
     payload = ContextPayload(
         session_id=req.session_id, query=req.query, max_tokens=req.max_tokens,
-        memory=_render_memory(pins, chosen, False, True), turns=verbatim, notes=chosen,
+        memory=_render_memory(pins, chosen, overview, True), turns=verbatim, notes=chosen,
         pins=[p[2:] for p in pins], full_tokens=full, pin_tokens=pins_cost)
-    _trim(payload, pins, min(req.max_tokens, full + pins_cost), False, True)
+    _trim(payload, pins, cap, overview, True)
     if explain:
         quoted = Counter(n["session_id"] for n in payload.notes for _ in n["quotes"])
+        listed = {n["session_id"] for n in payload.notes}
         payload.explain = {
             "budget": {"max_tokens": req.max_tokens, "used": payload.tokens, **budget.split},
-            "overview": False,
+            "overview": overview,
             "sessions": [{"session_id": s, "chat": chats[s],
                           "hits": sum(1 for h in hits if h["session_id"] == s),
-                          "quotes": quoted.get(s, 0)} for s in sessions],
+                          "quotes": quoted.get(s, 0), "listed": s in listed} for s in sessions],
             "hits": [{k: v for k, v in h.items() if k not in ("ts", "row")} for h in hits],
             "chosen": [{"session_id": n["session_id"], "note_id": n["note_id"], "quotes": [
                 {k: q[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")}
@@ -329,6 +343,32 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
             "dropped": dropped,
         }
     return payload
+
+
+def _user_overview(store: Store, user_id: str | None, req: ContextRequest, budget: _Budget,
+                   cap: int, memory_paid: bool, memory_overhead: int, chats: dict[str, int]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A user's sessions in time order with their summaries and topics (the macro
+    ``cce_user_overview`` inside the request's window), as much as fits under ``cap``."""
+    rows = store.con.execute(
+        "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
+        [user_id, req.since, req.until]).to_arrow_table().to_pylist()
+    blocks = session_blocks(rows, chats)
+    extra = 0 if memory_paid or not blocks else memory_overhead
+    listed, cost = fit_sessions(blocks, min(budget.total, cap) - budget.used - extra)
+    if listed and budget.take("notes", cost + extra, limit=cap):
+        budget.split["notes"] -= extra
+        budget.split["overhead"] += extra
+    else:
+        listed = []
+    keep = {b.session_id for b in listed}
+    chosen = [{"session_id": b.session_id, "chat": chats.get(b.session_id), "note_id": None,
+               "quotes": [], "label": b.header,
+               "start_ts": b.first_ts, "end_ts": b.last_ts, "summary": b.summary,
+               "topics": b.topics, "overview_line": b.text()} for b in listed]
+    dropped = [{"session_id": b.session_id, "reason": "budget"} for b in blocks
+               if b.session_id not in keep]
+    return chosen, dropped
 
 
 SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
@@ -353,6 +393,26 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
         return []
     return [{**{c: h.get(c) for c in SEARCH_SCHEMA}, "content": index.content[h["row"]]}
             for h in hits]
+
+
+#: Columns of a search across a user's sessions: the session, :data:`SEARCH_SCHEMA`, and the
+#: conversation ``score`` the hits are ordered by.
+USER_SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "session_id": pl.String, **SEARCH_SCHEMA, "score": pl.Float64}
+
+
+def retrieve_user(store: Store, config: Config, sessions: list[str], query: str, *, k: int,
+                  cache: IndexCache | None = None) -> list[dict[str, Any]]:
+    """Hits across ``sessions`` (a user's, in time order) with their text, best first: the
+    ranking a user context is built from (:func:`cce_duck.index.retrieve_across`), the columns
+    of :data:`USER_SEARCH_SCHEMA`."""
+    parts, joined = _user_parts(store, sessions, cache)
+    hits = retrieve_across(parts, store.embedder.embed([query], "query")[0], query, k=k,
+                           recency_weight=config.recency_weight, rrf_k=config.rrf_k,
+                           joined=joined)
+    indexes = dict(parts)
+    return [{**{c: h.get(c) for c in USER_SEARCH_SCHEMA},
+             "content": indexes[h["session_id"]].content[h["row"]]} for h in hits]
 
 
 def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None]
@@ -474,7 +534,6 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             memo = _quote_text(row, h, index)
             index.remember_quote((r, h["best_sentence"]), *memo)
         text, text_tokens = memo
-        line = f"{who}: {text}"
         cost = who_tokens[who] + text_tokens + 1  # the estimate is additive over these pieces
         if group is None:
             if h["note_id"] is not None:
@@ -505,7 +564,7 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
         days.add(day)
         groups[key] = group
         quote = {**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")},
-                 "speaker": who, "text": text, "line": line, "ts": h["ts"]}
+                 "speaker": who, "text": text, "line": f"{who}: {text}", "ts": h["ts"]}
         if indexes is not None:
             quote.update(session_id=h["session_id"], pos=h["pos"],
                          chat=chats.get(h["session_id"], 0))
@@ -528,15 +587,7 @@ def _overview(store: Store, sid: str, budget: _Budget, memory_paid: bool, memory
              for n in notes]
     costs = [estimate_tokens(ln) + 1 for ln in lines]
     extra = 0 if memory_paid else memory_overhead
-    room = budget.total - budget.used - extra
-    keep = list(range(len(notes)))
-    if sum(costs) > room:  # too many topics: keep an evenly spread subset, in order
-        keep = []
-        step = max(1.0, sum(costs) / max(room, 1))
-        i = 0.0
-        while int(i) < len(notes):
-            keep.append(int(i))
-            i += step
+    keep = spread(costs, budget.total - budget.used - extra)  # too many topics: a spread subset
     chosen, dropped = [], []
     for i, n in enumerate(notes):
         if i in keep and budget.take("notes", costs[i] + extra):

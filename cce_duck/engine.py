@@ -18,10 +18,13 @@ from cce_duck.changefeed import Changes
 from cce_duck.config import Config
 from cce_duck.context import (
     SEARCH_SCHEMA,
+    USER_SEARCH_SCHEMA,
     ContextRequest,
     build_context,
     build_user_context,
+    is_overview_question,
     retrieve,
+    retrieve_user,
 )
 from cce_duck.coordinator import Coordinator
 from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
@@ -349,7 +352,8 @@ class Engine(ManagementMixin):
         coord = self.store.coordinator
         if coord is not None:
             coord.refresh()
-        index = None if self.store.read_only else self._flush_for_context(sid)
+        index = None if self.store.read_only else self._flush_for_context(
+            sid, overview=is_overview_question(query))
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
         with self.store.reading():
             payload = build_context(self.store, self.config, req, explain=explain,
@@ -362,14 +366,15 @@ class Engine(ManagementMixin):
             self.writer.note_retrieved(sid, [n["note_id"] for n in payload.notes])
         return payload
 
-    def _flush_for_context(self, sid: str) -> SessionIndex | None:
+    def _flush_for_context(self, sid: str, *, overview: bool = False) -> SessionIndex | None:
         """Store what is journaled, unless the only messages waiting are this session's and
         storing them would only add them: then the session's index takes them in from memory
         (and is returned) and the tables get them with the next flush (by size, by time, any
-        other read, close)."""
+        other read, close). An overview lists the topics the tables hold (``cce_overview``):
+        it stores what waits first."""
         if not self.writer.pending_count() and self.store.failure is None:
             return None  # nothing waits: no lock taken
-        unstored = self.writer.unstored(sid)
+        unstored = None if overview else self.writer.unstored(sid)
         index = None if unstored is None else self.index.take_unstored(
             self.store, sid, unstored, hot_turns=self.config.hot_tier_max_turns,
             batch_turns=self.config.live_batch_turns, topics_to_write=self.writer.topics_to_write,
@@ -403,12 +408,17 @@ class Engine(ManagementMixin):
         with self.store.reading():
             return self.store.frame("users")
 
-    def export_user(self, user_id: str, path: str | Path, *, format: str = "json") -> Path:
+    def export_user(self, user_id: str, path: str | Path, *, format: str = "json",
+                    confined: bool = False) -> Path:
         """Write every session of the user to ``path``: one JSON file, or with
         ``format="parquet"`` a folder of session exports (one folder per session, each one
         :meth:`import_session` reads) with the user's store items in ``store_items.parquet``.
-        Unknown user: :class:`NotFoundError`."""
-        return export.export_user(self.store, user_id, self._user_or_items(user_id), path, format)
+        Unknown user: :class:`NotFoundError`. ``confined``: as for :meth:`export_session`,
+        ``path`` must lie inside :attr:`Config.export_dir`."""
+        sessions = self._user_or_items(user_id)
+        if confined:
+            path = export.confined_path(self.config.export_dir, path)
+        return export.export_user(self.store, user_id, sessions, path, format)
 
     def user_document(self, user_id: str) -> dict[str, Any]:
         """The JSON export of a user as a dict (what :meth:`export_user` writes), with the
@@ -484,11 +494,40 @@ class Engine(ManagementMixin):
         own = [str(t) for t in self.user_pins(user_id)["text"]] if sid not in sessions else []
         with self.store.reading():
             payload = build_user_context(self.store, self.config, req, sessions, cache=self.index,
-                                         explain=explain, user_pins=own)
+                                         explain=explain, user_pins=own, user_id=user_id)
         if not self.store.read_only:
             for n in payload.notes:
-                self.writer.note_retrieved(n["session_id"], [n["note_id"]])
+                if n["note_id"] is not None:  # an overview lists sessions, not notes
+                    self.writer.note_retrieved(n["session_id"], [n["note_id"]])
         return payload
+
+    def user_overview(self, user_id: str, *, since: datetime | str | None = None,
+                      until: datetime | str | None = None) -> pl.DataFrame:
+        """What the user talked about: their sessions in time order with the cold-tier summary
+        (closed sessions) and the topics, those with a turn inside ``since``..``until`` (the
+        ``cce_user_overview`` macro). Unknown user: :class:`NotFoundError`."""
+        uid = validate_user_id(user_id)
+        self.user_sessions(uid)
+        window = Window.parse(since, until, None)
+        with self.store.reading():
+            return self.store.con.execute(
+                "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
+                [uid, window.since, window.until]).pl()
+
+    def user_search(self, user_id: str, query: str, k: int = 10) -> pl.DataFrame:
+        """Ranked turns of all the user's sessions for ``query`` (the ranking of
+        :meth:`user_context`, best first) with their session, scores and text. Raises
+        :class:`NotFoundError` for an unknown user."""
+        sessions = self.user_sessions(user_id)
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("query must be a non-empty string")
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+            raise ValidationError("k must be a positive integer")
+        query = query.encode("utf-8", "replace").decode("utf-8")
+        with self.store.reading():
+            hits = retrieve_user(self.store, self.config, sessions, query, k=k, cache=self.index)
+        return pl.DataFrame(hits, schema=USER_SEARCH_SCHEMA, orient="row") if hits else \
+            pl.DataFrame(schema=USER_SEARCH_SCHEMA)
 
     @property
     def items(self) -> ItemStore:
@@ -517,11 +556,17 @@ class Engine(ManagementMixin):
         return pl.DataFrame(hits, schema=SEARCH_SCHEMA, orient="row") if hits else pl.DataFrame(
             schema=SEARCH_SCHEMA)
 
-    def sessions(self) -> pl.DataFrame:
-        """Every session with its turn and note counts."""
+    def sessions(self, user_id: str | None = None) -> pl.DataFrame:
+        """Every session with its turn and note counts; with ``user_id`` only the user's, in
+        time order (:meth:`user_sessions`; an unknown user raises :class:`NotFoundError`)."""
+        order = None if user_id is None else pl.DataFrame(
+            {"session_id": self.user_sessions(user_id)})
         self._store_pending()
         with self.store.reading():
-            return self.store.frame("sessions")
+            frame = self.store.frame("sessions")
+        if order is None:
+            return frame
+        return order.join(frame, on="session_id", how="left", maintain_order="left")
 
     def notes(self, session_id: str) -> pl.DataFrame:
         """A session's notes (warm tier), in conversation order, without vectors."""

@@ -32,6 +32,8 @@ from cce_duck import folder
 from cce_duck.corrections import refresh_session_summary
 from cce_duck.derived import csv, run_script, touch
 from cce_duck.errors import CCEError
+from cce_duck.lake import purge as lake_purge
+from cce_duck.lake import rewrite_catalog
 from cce_duck.store import Store
 
 __all__ = ["Erasure", "erase", "finish", "scrub", "scrub_journal"]
@@ -96,6 +98,8 @@ def erase(store: Store, what: Erasure) -> dict[str, int]:
     counts = _delete(store, what)
     if data_dir is not None:
         _finish_files(store, data_dir, what)
+    elif store.lake is not None:
+        scrub(store)  # the lake's data files (it has no journal and no intent file)
     return counts
 
 
@@ -193,7 +197,18 @@ def scrub(store: Store) -> None:
     (``COPY FROM DATABASE``), which then replaces the old one atomically; the connection is
     reopened with its UDFs and macros. In-memory stores have no file and are left as they are.
     Killed half-way, the old file is intact and the copy is removed at the next open.
+
+    On a lake, every data file holding deleted rows is rewritten without them, every older
+    snapshot expired and every file no snapshot uses deleted (:func:`cce_duck.lake.purge`),
+    and a local catalog file is rewritten too (:func:`cce_duck.lake.rewrite_catalog`).
     """
+    if store.lake is not None and not store.read_only:
+        lake_purge(store.con)
+        target = store.lake
+        if not target.shared:  # the local catalog file too (its statistics held the text)
+            store.reconnect(lambda: rewrite_catalog(target))
+        store.generation += 1
+        return
     if store.data_dir is None or store.read_only:
         return
     path = Path(store.path)

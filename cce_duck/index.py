@@ -176,8 +176,10 @@ class SessionIndex:
 
     @cached_property
     def term_ids(self) -> dict[str, int]:
-        """Term -> its id (position in ``vocab``), built on first use: a dict lookup of a few
-        terms instead of hashing the whole vocabulary per query (``pc.index_in``)."""
+        """Term -> its id (position in ``vocab``), built by the first extension: in a chat
+        loop a dict lookup of a few terms instead of hashing the whole vocabulary on every query
+        and extension (``pc.index_in``); an index only queried (loaded, never extended) does
+        without it, so a first query costs no more than it did."""
         return {t: i for i, t in enumerate(self.vocab.to_pylist())}
 
     def remember_quote(self, key: tuple[int, int | None], text: str, tokens: int) -> None:
@@ -361,14 +363,14 @@ class SessionIndex:
                 [estimate_tokens(t["speaker"] or t["role"]) for t in turns], dtype=np.int64)])
         if any(t["speaker"] not in speakers for t in turns):
             self.__dict__.pop("speaker_terms", None)
-        # sentences: the flush's sentence rows of this session, in (turn, sentence) order
-        first = int(turn_no[len(turn_no) - len(turns)])
-        parts, srows = [], []  # each turn's sentence vectors, and their rows
-        at = 0
-        for mat in stored.svec:
-            rows_of_turn = stored.svec_rows[at : at + len(mat)]
-            at += len(mat)
-            if rows_of_turn[0][0] == sid and rows_of_turn[0][1] >= first:
+        # sentences and postings: those of the new turns, in (turn, sentence) order
+        parts: list[Matrix] = []
+        srows: list[tuple[str, int, int, int, int]] = []
+        post: list[tuple[str, str, int, int]] = []
+        for i in new:
+            p, mat, rows_of_turn = stored.parts_of(i)
+            post.extend(p)
+            if mat is not None:
                 parts.append(mat)
                 srows.extend(rows_of_turn)
         if parts:
@@ -380,7 +382,6 @@ class SessionIndex:
                                                                   np.int64)])
             self.s_end = np.concatenate([self.s_end, np.array([r[4] for r in srows], np.int64)])
             self.svec = np.concatenate([self.svec, sv])
-        post = [p for p in stored.post if p[0] == sid and p[2] >= first]
         if post:
             self._add_postings(post, turn_no)
 
@@ -519,10 +520,11 @@ class SessionIndex:
     def _bm25(self, terms: list[tuple[str, float]]) -> np.ndarray:
         if not terms or not len(self.vocab):
             return np.zeros(len(self.turn_no))
-        lookup = self.term_ids
+        lookup: dict[str, int] | None = self.__dict__.get("term_ids")  # (made by an extension)
+        ids = [lookup.get(t) for t, _ in terms] if lookup is not None else pc.index_in(
+            pa.array([t for t, _ in terms], pa.string()), value_set=self.vocab).to_pylist()
         postings = []
-        for term, weight in terms:
-            tid = lookup.get(term)
+        for (_, weight), tid in zip(terms, ids, strict=True):
             if tid is not None:
                 lo, hi = self.p_offsets[tid], self.p_offsets[tid + 1]
                 postings.append((weight, self.p_row[lo:hi], self.p_tf[lo:hi]))
@@ -672,7 +674,9 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     position between two sessions, so no turn counts as the reply to another session's
     question), and BM25 statistics, recency and the fusion are those of the whole. ``before``
     leaves out each named session's turns from that turn number on (those sent verbatim).
-    Hits are those of :meth:`SessionIndex.retrieve` with ``conversation=True``, plus
+    Hits are those of :meth:`SessionIndex.retrieve` with ``conversation=True``, ordered by
+    the session prior (step 6 of :mod:`cce_duck.ranking`: it leaves one session's order and
+    scores as they are), plus
     ``session_id`` and ``pos`` (the position in the whole); ``row`` is the session index's row.
     ``joined``: the :class:`JoinedIndex` of these parts when one is kept (else, or when it is
     stale, one is built for the call: the same ranking).
@@ -717,10 +721,14 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
         ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
                               recency_weight=recency_weight, rrf_k=rrf_k, asks=j.asks[cand],
                               n_terms=j.n_terms[cand], other=other[cand])
+    listed = cand[ranked.order]
+    session = np.searchsorted(j.starts, listed, side="right") - 1
+    score = ranking.session_scores(ranked.fused if ranked.score is None else ranked.score,
+                                   ranked.fused, session)
+    final = np.lexsort((-pos[listed], -score))
     out = []
-    for r, i in enumerate(ranked.order):
-        g = int(cand[i])
-        which = int(np.searchsorted(j.starts, g, side="right")) - 1
+    for r, (f, g, which) in enumerate(zip(final.tolist(), listed[final].tolist(),
+                                          session[final].tolist(), strict=True)):
         sid, idx = parts[which]
         row = g - int(j.starts[which])
         nid = int(idx.note_id[row])
@@ -730,8 +738,7 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
             "speaker": idx.speaker[row], "ts": idx.ts[row].item(), "dense": float(dense[g]),
             "best_sentence": int(best[g]) if best[g] >= 0 else None, "bm25": float(bm25[g]),
             "recency": float(recency[g]), "asks": bool(j.asks[g]), "n_terms": int(j.n_terms[g]),
-            "fused": float(ranked.fused[r]), "rank": r + 1,
-            "score": float(ranked.score[r]) if ranked.score is not None else 0.0})
+            "fused": float(ranked.fused[f]), "rank": r + 1, "score": float(score[f])})
     return out
 
 

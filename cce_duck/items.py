@@ -32,7 +32,6 @@ from cce_duck.errors import ValidationError
 from cce_duck.messages import MAX_CONTENT_CHARS, validate_session_id, validate_user_id
 from cce_duck.pins import user_owner
 from cce_duck.rows import quantize, registered
-from cce_duck.sqlfiles import query
 from cce_duck.store import Store, WriteLock
 from cce_duck.text import cached_terms, query_terms
 
@@ -155,13 +154,13 @@ def owner_of(namespace: Namespace) -> str | None:
 
 def owns_items(store: Store, owner: str) -> bool:
     """Whether ``owner`` (a session id or ``@user:ID``) has stored items."""
-    return store.con.execute(query("owner_has_items", _SQL), {"owner": owner}).fetchone() is not None
+    return store.q("owner_has_items", {"owner": owner}, source=_SQL).fetchone() is not None
 
 
 def owner_items(store: Store, owner: str) -> list[dict[str, Any]]:
     """Every item of ``owner`` as JSON-ready dicts (``namespace`` a list, ``value`` the object,
     times in ISO 8601 UTC), in the order they were first stored: what an export writes."""
-    rows = store.con.execute(query("owner_items", _SQL), {"owner": owner}).fetchall()
+    rows = store.q("owner_items", {"owner": owner}, source=_SQL).fetchall()
     return [{"namespace": r[0].split("."), "key": r[1], "value": json.loads(r[2]),
              "created_at": _aware(r[3]).isoformat(), "updated_at": _aware(r[4]).isoformat()}
             for r in rows]
@@ -231,7 +230,7 @@ class ItemStore:
         self.lock = lock if lock is not None else store.write_lock
 
     def _q(self, name: str, params: dict[str, Any] | None = None) -> Any:
-        return self.store.con.execute(query(name, _SQL), params)
+        return self.store.q(name, params, source=_SQL)
 
     # -- reading ------------------------------------------------------------
 
@@ -357,9 +356,7 @@ class ItemStore:
     def _run(self, name: str, ids: list[int]) -> None:
         """Run the named statements with ``wanted`` = the items ``ids``."""
         with registered(self.store.con, wanted=pa.table({"item_id": pa.array(ids, pa.int64())})):
-            for stmt in query(name, _SQL).split(";\n"):
-                if stmt.strip():
-                    self.store.con.execute(stmt)
+            self._q(name)
 
     def _apply(self, last: dict[tuple[Namespace, str], _Change], vectors: np.ndarray | None
                ) -> None:

@@ -25,6 +25,7 @@ every commit writes Parquet files in the data path, which :func:`purge` can rewr
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import duckdb
 
-from cce_duck import dbfile, sandbox
+from cce_duck import dbfile, folder, sandbox
 from cce_duck.errors import (
     CCEError,
     FolderInUseError,
@@ -44,10 +45,14 @@ from cce_duck.errors import (
 )
 from cce_duck.sqlfiles import statement
 
-__all__ = ["EXTENSIONS", "LAKE_NAME", "Lake", "connect", "ddl", "load_extensions", "purge"]
+__all__ = ["EXTENSIONS", "LAKE_NAME", "Lake", "connect", "ddl", "load_extensions", "purge",
+           "rewrite_catalog"]
 
 #: The catalog name the lake is attached as (``current_database()`` on a lake store).
 LAKE_NAME = "lake"
+
+#: The catalog DuckLake attaches the lake's metadata database as.
+META_NAME = f"__ducklake_metadata_{LAKE_NAME}"
 
 #: Extensions a lake needs: (package, extension name), loaded in this order.
 EXTENSIONS = (
@@ -229,14 +234,45 @@ def ddl(sql: str) -> str:
 # -- erasure --------------------------------------------------------------------------------
 
 
+def rewrite_catalog(lake: Lake) -> None:
+    """Rewrite a local catalog file (its connection closed) so that what its old blocks and WAL
+    held is gone: the catalog keeps each data file's column statistics, which for a text column
+    are whole messages (min and max), and DuckDB leaves deleted rows' bytes in free blocks. The
+    catalog is copied into a new file (``COPY FROM DATABASE``), synced and moved over the old
+    one. A PostgreSQL catalog is left to PostgreSQL (see docs/lake.md)."""
+    if lake.shared:
+        return
+    path = Path(lake.catalog)
+    tmp = path.with_name(path.name + ".rewrite")
+    for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    con = dbfile.connect(str(path))
+    try:
+        con.execute(statement("attach_plain", literals={"path": str(tmp)},
+                              identifiers={"name": "cce_rewrite"}))
+        con.execute(statement("copy_database", identifiers={"source": path.stem,
+                                                            "target": "cce_rewrite"}))
+        con.execute(statement("checkpoint", identifiers={"name": "cce_rewrite"}))
+        con.execute(statement("detach", identifiers={"name": "cce_rewrite"}))
+    finally:
+        con.close()
+    folder.fsync(tmp)
+    os.replace(tmp, path)
+    path.with_name(path.name + ".wal").unlink(missing_ok=True)
+    folder.fsync(path.parent)
+
+
 def purge(con: duckdb.DuckDBPyConnection) -> None:
     """Remove deleted rows from every data file: rewrite each table's files that hold deletes
-    (``delete_threshold => 0.0``), expire every older snapshot, then delete every file no
-    snapshot uses any more (``cleanup_all``). Run it with no transaction open."""
+    (``delete_threshold => 0.0``), expire every older snapshot, delete every file no snapshot
+    uses any more (``cleanup_all``), then recompute the table-wide bounds of text columns from
+    the files that remain (whole messages can be a column's min or max). Run it with no
+    transaction open."""
     name = {"name": LAKE_NAME}
     try:
         for step in ("lake_rewrite", "lake_expire", "lake_cleanup"):
-            con.execute(statement(step, literals=name))
+            con.execute(statement(step, literals=name)).fetchall()  # (runs only when read)
+        con.execute(statement("lake_text_stats", identifiers={"meta": META_NAME})).fetchall()
     except duckdb.Error as exc:
         raise StorageError(f"the lake could not drop erased rows from its files: "
                            f"{_first_line(exc)}") from exc

@@ -25,6 +25,14 @@ The order a context is built from, for one question:
    terms of the name are among the question's), others' turns weigh ``other_speaker``; a turn
    with ``n`` terms weighs ``n / (n + terms_half_weight)``. Sorted by that score, ties: the
    later turn.
+6. across a user's sessions only (their turns laid end to end, one conversation), the
+   **session prior**: a session's strength is the sum of the fused scores of its best
+   ``session_top`` listed hits; each hit's score is multiplied by
+   ``(1 + session_weight * strength / strongest) / (1 + session_weight)`` (1 for the strongest
+   session, so one session ranks exactly as step 5 leaves it) and the list sorted again (ties:
+   the later turn). A question is mostly about one episode, told in one chat: a session where
+   several turns match is likelier to hold the answer than a lone match elsewhere, and quotes
+   from fewer sessions spend fewer tokens on date lines.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ __all__ = [
     "named_speakers",
     "other_speakers",
     "rank",
+    "session_scores",
     "spec",
     "sql_values",
     "stored_tf",
@@ -74,6 +83,8 @@ class Spec:
     reply_share: float
     other_speaker: float
     terms_half_weight: float
+    session_weight: float
+    session_top: int
     sha256: str
 
 
@@ -273,3 +284,23 @@ def other_speakers(speaker: Sequence[str | None], named: set[str]) -> np.ndarray
     if len(named) != 1:
         return np.zeros(len(speaker), dtype=bool)
     return np.array([sp not in named for sp in speaker], dtype=bool)
+
+
+def session_scores(score: np.ndarray, fused: np.ndarray, session: np.ndarray) -> np.ndarray:
+    """Scores of listed hits after the session prior (step 6 of the module docstring).
+
+    ``score`` and ``fused`` are the hits' conversation and fused scores, ``session`` the code of
+    the session each comes from (any integers)."""
+    s = spec()
+    out = score.astype(np.float64).copy()
+    if not len(out) or s.session_weight == 0:
+        return out
+    codes, at = np.unique(session, return_inverse=True)
+    strength = np.zeros(len(codes))
+    for c in range(len(codes)):
+        strength[c] = np.sort(fused[at == c])[::-1][: s.session_top].sum()
+    strongest = float(strength.max())
+    if strongest <= 0:
+        return out
+    w = s.session_weight
+    return out * ((1 + w * strength[at] / strongest) / (1 + w))

@@ -125,6 +125,18 @@ class TurnRows:
     svec: list[Matrix] = field(default_factory=list)
     svec_rows: list[tuple[str, int, int, int, int]] = field(default_factory=list)
     post: list[tuple[str, str, int, int]] = field(default_factory=list)
+    #: where each turn's rows start: (postings, sentence matrix or -1, sentence rows)
+    starts: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def parts_of(self, i: int) -> tuple[list[tuple[str, str, int, int]], Matrix | None,
+                                        list[tuple[str, int, int, int, int]]]:
+        """The postings, sentence vectors (``None``: none) and sentence rows of turn ``i``."""
+        post, mat, srow = self.starts[i]
+        end = self.starts[i + 1][0] if i + 1 < len(self.starts) else len(self.post)
+        if mat < 0:
+            return self.post[post:end], None, []
+        vecs = self.svec[mat]
+        return self.post[post:end], vecs, self.svec_rows[srow : srow + len(vecs)]
 
     def add(self, emb: CachedEmbedder, config: Config, sid: str, turn_no: int, role: str,
             speaker: str | None, content: str | None, ts: datetime, *, micro: str | None = None,
@@ -147,6 +159,8 @@ class TurnRows:
             "n_terms": len(a.words), "content_hash": content_hash(role, text),
             "micro": micro, "note_id": note_id, "message_id": message_id,
         }
+        self.starts.append((len(self.post), len(self.svec) if a.spans else -1,
+                            len(self.svec_rows)))
         self.turns.append(row)
         self.mvec.append(a.whole)
         if a.spans:

@@ -50,6 +50,18 @@ REFUSED_FUNCTIONS = frozenset({
     "enable_profiling", "disable_profiling",                # engine settings outside SET
     "query", "query_table", "json_execute_serialized_sql",  # SQL from text
     "arrow_scan", "arrow_scan_dumb", "pandas_scan", "python_map_function",  # raw pointers
+    # a lake's maintenance functions write its catalog and files although called in a SELECT
+    # (also as methods of the catalog: lake.set_option(...))
+    "ducklake_add_data_files", "ducklake_cleanup_old_files", "ducklake_delete_orphaned_files",
+    "ducklake_expire_snapshots", "ducklake_flush_inlined_data", "ducklake_merge_adjacent_files",
+    "ducklake_rewrite_data_files", "ducklake_set_commit_message", "ducklake_set_option",
+    "add_data_files", "cleanup_old_files", "delete_orphaned_files", "expire_snapshots",
+    "flush_inlined_data", "merge_adjacent_files", "rewrite_data_files", "set_commit_message",
+    "set_option",
+    # SQL sent to a PostgreSQL server (the catalog's, or any other)
+    "postgres_query", "postgres_execute", "postgres_scan", "postgres_scan_pushdown",
+    "postgres_attach", "postgres_clear_cache",
+    "duckdb_secrets", "which_secret",  # the instance's credentials (a lake's object storage)
 })
 
 _READ = duckdb.StatementType.SELECT

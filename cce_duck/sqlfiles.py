@@ -35,6 +35,8 @@ CURRENT_MACROS: dict[str, str] = {
     "cce_stats": "cce_stats_v3",
     "cce_forget_plan": "cce_forget_plan_v1",
     "cce_export": "cce_export_v1",
+    "cce_user_overview": "cce_user_overview_v1",
+    "cce_retrieve_user": "cce_retrieve_user_v1",
 }
 
 _HEADER = re.compile(r"\A((?:--[^\n]*\n)+)")

@@ -164,7 +164,7 @@ class Summariser:
             log.warning("llm_cache unavailable for summaries: %s", exc)
             yield
             return
-        self.llm.cache = LLMCache(cursor)
+        self.llm.cache = LLMCache(cursor, lake=self.store.lake is not None)
         try:
             yield
         finally:

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from datetime import datetime
 from typing import Any
 
@@ -60,6 +60,10 @@ class Writer:
         self._rows = TurnRows()  # the rows of the buffer's first `_rows_n` messages, derived once
         self._rows_n = 0
         self._buffered_at = 0.0  # when the buffer's oldest message arrived (monotonic)
+        #: stores journaled messages FLUSH_AFTER_S after the oldest arrived, off the request path
+        self._flusher: threading.Thread | None = None
+        self._due = threading.Event()  # set when the buffer gets its first message
+        self._stop = threading.Event()
         #: client ids of buffered messages: (session, id) -> (turn, role, content hash)
         self._ids: dict[tuple[str, str], tuple[int, str, int]] = {}
         self._lock = store.write_lock  # adding and flushing, one thread at a time
@@ -235,9 +239,43 @@ class Writer:
                     self._flush_journaled()
                 if progress is not None and i + step < len(numbered):
                     progress(i + step, len(messages))
-            if self._buffer and time.monotonic() - self._buffered_at >= FLUSH_AFTER_S:
-                self._flush_journaled()  # batched by time too, when reads do not flush
+            if self._buffer and self.journal is not None and not self._lake:
+                self._start_flusher()  # batched by time too, when reads do not flush
+            elif self._buffer and time.monotonic() - self._buffered_at >= FLUSH_AFTER_S:
+                self._flush_journaled()
             return numbers, ticket
+
+    def _start_flusher(self) -> None:
+        if (self._flusher is None or not self._flusher.is_alive()) and not self._stop.is_set():
+            # (not alive: in a process forked from the one that started it)
+            self._flusher = threading.Thread(target=self._flush_when_due, daemon=True,
+                                             name="cce-flusher")
+            self._flusher.start()
+        self._due.set()
+
+    def _flush_when_due(self) -> None:
+        """The batch by time, in a thread of its own: journaled messages reach the tables
+        ``FLUSH_AFTER_S`` after the oldest arrived, under the write lock like any flush, and the
+        call that adds a message does not wait for it (unless it comes while the flush runs).
+        A flush that fails is retried after ``RETRY_S``; a read or close raises its error."""
+        while True:
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                wait = (self._buffered_at + FLUSH_AFTER_S - time.monotonic()) if self._buffer \
+                    else None
+                if wait is not None and wait <= 0:
+                    with suppress(Exception):  # (left journaled: the next flush raises it)
+                        self._flush_journaled()
+                    if not self._buffer:
+                        continue
+                    wait = RETRY_S  # the store fails: try again in a while
+                if wait is None:
+                    self._due.clear()  # (under the lock: an add sets it again after this)
+            if wait is None:
+                self._due.wait()
+            else:
+                self._stop.wait(wait)
 
     def unstored(self, session_id: str) -> Flushed | None:
         """The rows of the journaled messages not in the tables yet, when they all belong to
@@ -399,6 +437,7 @@ class Writer:
             if self._buffer:  # never acknowledged: dropped, with what was derived from them
                 self._buffer = []
                 self._rows, self._rows_n = TurnRows(), 0
+                self._planned = []
                 self._ids.clear()
                 self._next.clear()
                 self._quiet.clear()
@@ -658,7 +697,11 @@ class Writer:
             return Flushed(TurnRows(), {}, None, {sid: [_header(n) for n in notes]}, mapping)
 
     def close(self) -> None:
-        """Close the journal file (call after the last flush)."""
+        """Stop the timed flushes and close the journal file (call after the last flush)."""
+        self._stop.set()
+        self._due.set()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join(timeout=5.0)  # (returns at once unless a flush is running)
         if self.journal is not None:
             self.journal.close()
 

@@ -123,3 +123,26 @@ SELECT count(*) FROM ducklake_expire_snapshots({name}, older_than => now());
 -- name: lake_cleanup
 -- Delete every data file no snapshot uses any more.
 SELECT count(*) FROM ducklake_cleanup_old_files({name}, cleanup_all => true);
+
+-- name: lake_text_stats
+-- A lake's table-wide min and max of each text column, recomputed from the files that remain
+-- (DuckLake widens them on insert and never narrows them on delete, so an erased message could
+-- stay there as a bound). {meta} is the lake's metadata catalog.
+UPDATE {meta}.ducklake_table_column_stats AS t
+SET min_value = s.lo, max_value = s.hi
+FROM (
+    SELECT c.table_id, c.column_id, min(f.min_value) AS lo, max(f.max_value) AS hi
+    FROM {meta}.ducklake_column AS c
+    LEFT JOIN {meta}.ducklake_data_file AS d
+        ON d.table_id = c.table_id AND d.end_snapshot IS NULL
+    LEFT JOIN {meta}.ducklake_file_column_stats AS f
+        ON f.data_file_id = d.data_file_id AND f.column_id = c.column_id
+    WHERE c.end_snapshot IS NULL AND lower(c.column_type) = 'varchar'
+    GROUP BY ALL
+) AS s
+WHERE t.table_id = s.table_id AND t.column_id = s.column_id
+  AND (t.min_value IS DISTINCT FROM s.lo OR t.max_value IS DISTINCT FROM s.hi);
+
+-- name: advance_sequence
+-- Move a new sequence on by ? values (a store copied into a new file continues its ids).
+SELECT count(nextval({name})) FROM range(?);

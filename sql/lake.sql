@@ -42,7 +42,35 @@ FROM (SELECT *, row_number() OVER (ORDER BY pin_id) - 1 AS k FROM _b_import);
 UPDATE main._cce_sequences SET value = value + (SELECT count(*) FROM _b_import)
 WHERE name = 'pin_ids';
 
+-- name: item_ids
+-- `$n` fresh ids for new store items (sql/store_items.sql), from their _cce_sequences row.
+UPDATE main._cce_sequences SET value = value + $n WHERE name = 'store_item_ids';
+SELECT value - $n + r.i AS item_id
+FROM main._cce_sequences, range($n) AS r(i) WHERE name = 'store_item_ids' ORDER BY r.i;
+
 -- name: stamp_commit
 -- Sign the running transaction's snapshot: author (the process), message and the sessions it
 -- wrote as JSON, read by the other processes (cce_duck.changefeed).
 CALL ducklake_set_commit_message(current_database(), $author, $message, extra_info => $extra);
+
+-- name: cache_put
+-- Store (or refresh) one reply (sql/llm.sql).
+MERGE INTO main.llm_cache AS c
+USING (SELECT $key AS key, $model AS model, $response AS response,
+              $prompt_tokens AS prompt_tokens, $completion_tokens AS completion_tokens,
+              $now AS created_at) AS n
+ON c.key = n.key
+WHEN MATCHED THEN UPDATE SET model = n.model, response = n.response,
+    prompt_tokens = n.prompt_tokens, completion_tokens = n.completion_tokens,
+    created_at = n.created_at
+WHEN NOT MATCHED THEN INSERT (key, model, response, prompt_tokens, completion_tokens, created_at)
+    VALUES (n.key, n.model, n.response, n.prompt_tokens, n.completion_tokens, n.created_at);
+
+-- name: bullet_next_id
+-- The next id of the global bullet counter (sql/llm.sql).
+UPDATE main._cce_sequences SET value = value + 1 WHERE name = 'bullet_ids';
+SELECT value - 1 FROM main._cce_sequences WHERE name = 'bullet_ids';
+
+-- name: bullet_last_id
+-- The last id the global bullet counter handed out (NULL before the first; sql/llm.sql).
+SELECT nullif(value - 1, 0) FROM main._cce_sequences WHERE name = 'bullet_ids';

@@ -31,9 +31,10 @@ def pg_dsn() -> str:
     return dsn
 
 
-def psql(sql: str, dsn: str | None = None) -> str:
-    """Run ``sql`` on the test server's ``postgres`` database as the test role."""
-    out = subprocess.run(["psql", f"{dsn or pg_dsn()} dbname=postgres", "-qAtc", sql],
+def psql(sql: str, dsn: str | None = None, dbname: str = "postgres") -> str:
+    """Run ``sql`` on a database of the test server (``postgres`` unless told) as the test
+    role."""
+    out = subprocess.run(["psql", f"{dsn or pg_dsn()} dbname={dbname}", "-qAtc", sql],
                          capture_output=True, text=True, timeout=60, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"psql failed: {out.stderr.strip()}")

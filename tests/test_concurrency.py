@@ -56,6 +56,7 @@ def conversation(seed: int, n: int) -> list[dict[str, Any]]:
 
 
 STATIC = {f"static{k}": conversation(100 + k, 90) for k in range(2)}
+USER = "ana"  # the static sessions' user
 
 
 def _engine(folder: Path) -> Engine:
@@ -71,6 +72,7 @@ class _Run:
         self.acked: dict[str, list[tuple[str, int]]] = {}  # session -> (message id, turn)
         self.own: list[tuple[str, int, str, dict[str, Any]]] = []  # session, turns, q, payload
         self.static: list[tuple[str, str, dict[str, Any]]] = []  # session, question, payload
+        self.user: list[tuple[str, dict[str, Any]]] = []  # question, user context
 
     def guard(self, fn: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
@@ -107,8 +109,10 @@ def _check(run: _Run, written: dict[str, list[dict[str, Any]]], stored: dict[str
     ref = _engine(tmp_path / "reference")
     try:
         for sid, msgs in STATIC.items():
-            ref.ingest(sid, msgs)
+            ref.ingest(sid, msgs, user_id=USER)
         static_ref: dict[tuple[str, str], dict[str, Any]] = {}
+        for q, got in run.user:
+            assert got == _plain(ref.user_context(USER, q, max_tokens=MAX_TOKENS).to_dict()), q
         for sid, q, got in run.static:
             if (sid, q) not in static_ref:
                 static_ref[sid, q] = _plain(ref.context(sid, q, max_tokens=MAX_TOKENS).to_dict())
@@ -153,13 +157,14 @@ STORED_SQL = ("SELECT session_id, turn_no, message_id FROM turns WHERE session_i
 
 def test_threads_on_one_engine_read_in_parallel_and_write_in_order(tmp_path: Path) -> None:
     """4 writer and 4 reader threads through the servers' engine wrapper (writes one at a time,
-    reads without the lock, on cursors of their own)."""
+    reads without the lock, on cursors of their own); readers also ask for the static sessions'
+    user's context."""
     written = {f"w{k}": conversation(k, 40) for k in range(4)}
     run = _Run()
     eng = _engine(tmp_path / "data")
     try:
         for sid, msgs in STATIC.items():
-            eng.ingest(sid, msgs)
+            eng.ingest(sid, msgs, user_id=USER)
         g = Serialized(eng)
 
         def writer(sid: str) -> Callable[[], None]:
@@ -184,6 +189,11 @@ def test_threads_on_one_engine_read_in_parallel_and_write_in_order(tmp_path: Pat
                     p = _plain(g.read(eng.context, sid, q, max_tokens=MAX_TOKENS).to_dict())
                     with run.lock:
                         run.static.append((sid, q, p))
+                    if i % 4 == 1:
+                        u = _plain(g.read(eng.user_context, USER, q, max_tokens=MAX_TOKENS)
+                                   .to_dict())
+                        with run.lock:
+                            run.user.append((q, u))
                     if i % 8 == 0:
                         assert len(g.read(eng.search, sid, q, 5)) == 5
                         assert len(g.read(eng.sessions)) >= len(STATIC)
@@ -209,7 +219,7 @@ def test_clients_of_a_real_rest_server_read_in_parallel_and_write_in_order(tmp_p
     folder = tmp_path / "data"
     with _engine(folder) as eng:
         for sid, msgs in STATIC.items():
-            eng.ingest(sid, msgs)
+            eng.ingest(sid, msgs, user_id=USER)
     env = {"CCE_HOT_TURNS": "6", "CCE_LIVE_BATCH_TURNS": "8"}
     with cce_server(["rest"], folder, env=env) as (base, _):
         def writer(sid: str) -> Callable[[], None]:
@@ -240,6 +250,13 @@ def test_clients_of_a_real_rest_server_read_in_parallel_and_write_in_order(tmp_p
                         r.raise_for_status()
                         with run.lock:
                             run.static.append((sid, q, r.json()))
+                        if i % 3 == 1:
+                            r = http.post(f"/v1/users/{USER}/context",
+                                          json={"query": q, "max_tokens": MAX_TOKENS})
+                            r.raise_for_status()
+                            with run.lock:
+                                run.user.append((q, {k: v for k, v in r.json().items()
+                                                     if k != "user_id"}))
                         if i % 6 == 0:
                             r = http.post(f"/v1/sessions/{sid}/search", json={"query": q, "k": 5})
                             assert len(r.json()["hits"]) == 5

@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 
 import pyarrow.parquet as pq
 import pytest
+from lake import make_lake
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_config, get_store
 from langgraph.graph import END, START, StateGraph
@@ -24,7 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import InvalidNamespaceError, PutOp
 
-from cce_duck import Engine, NotFoundError, ValidationError, ranking
+from cce_duck import Config, Engine, NotFoundError, ValidationError, ranking
 from cce_duck.integrations.langgraph import CCEStore
 
 PASS = "correct horse battery staple"
@@ -153,6 +154,28 @@ def test_search_is_the_engines_ranking(store: CCEStore) -> None:
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
+def test_search_turns_ranks_the_users_conversations(store: CCEStore, file_engine: Engine) -> None:
+    file_engine.ingest("ann-0", [{"role": "user", "content": "My sister Ines moved to Porto."},
+                                 {"role": "assistant", "content": "Porto is lovely in spring."}],
+                       user_id="ann")
+    file_engine.ingest("ann-1", [{"role": "user", "content": "I bought a green Bianchi bike."}],
+                       user_id="ann")
+    file_engine.ingest("ben-0", [{"role": "user", "content": "Ines is my cousin too."}],
+                       user_id="ben")
+    turns = store.search_turns("ann", "Where does Ines live?", limit=3)
+    assert turns[0].namespace == ("users", "ann", "sessions", "ann-0")
+    assert (turns[0].key, turns[0].value["content"]) == ("0", "My sister Ines moved to Porto.")
+    assert all(t.namespace[3] in ("ann-0", "ann-1") for t in turns)  # never another user's
+    # the engine's ranking: the order and scores of Engine.user_search for the same question
+    frame = file_engine.user_search("ann", "Where does Ines live?", k=3)
+    assert [(t.namespace[3], int(t.key), t.score) for t in turns] == list(
+        zip(frame["session_id"], frame["turn_no"], frame["score"], strict=True))
+    assert store.search_turns("nobody", "Ines") == []
+    assert store.search(("users", "ann")) == []  # turns are not items
+    with pytest.raises(ValidationError):
+        store.search_turns("ann", "   ")
+
+
 def test_items_leave_the_session_indexes_valid(store: CCEStore, file_engine: Engine) -> None:
     file_engine.ingest("s1", [{"role": "user", "content": f"message {i} about lighthouses"}
                               for i in range(12)])
@@ -190,6 +213,25 @@ def test_threads_write_and_read_beside_the_engine(store: CCEStore, file_engine: 
     assert errors == []
     assert [len(store.search(("users", f"u{t}"), limit=50)) for t in range(3)] == [8, 8, 8]
     assert len(file_engine.history("chat")) == 16
+
+
+@pytest.mark.lake
+def test_the_store_works_on_a_lake(tmp_path: Path) -> None:
+    """A DuckLake store (local catalog): no sequences there, ids come from _cce_sequences."""
+    with make_lake("file", tmp_path) as spec, Engine(Config(data_dir=None, embedder="hash",
+                                                            **spec.config())) as eng:
+        st = CCEStore(engine=eng)
+        st.put(("users", "ann", "memories"), "diet", {"text": "vegetarian since 2019"})
+        st.batch([PutOp(("users", "ann", "memories"), f"k{i}", {"text": f"fact {i}"})
+                  for i in range(3)])
+        st.put(("users", "ann", "memories"), "diet", {"text": "vegan since 2021"})
+        assert st.get(("users", "ann", "memories"), "diet").value == {  # type: ignore[union-attr]
+            "text": "vegan since 2021"}
+        assert st.search(("users",), query="Is Ann vegan?")[0].key == "diet"
+        assert eng.sql("SELECT item_id FROM store_items ORDER BY 1")["item_id"].to_list() == [
+            1, 2, 3, 4]
+        assert eng.delete_user("ann")["store_items"] == 4
+        assert st.list_namespaces() == []
 
 
 # -- namespaces belong to users and sessions ------------------------------------------------------

@@ -6,6 +6,7 @@ with an error that names them."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import duckdb
 import polars as pl
 import pytest
 from conftest import topic_messages
-from lake import KINDS, LakeSpec, make_lake
+from lake import KINDS, LakeSpec, make_lake, psql
 
 from cce_duck import Engine, migrations
 from cce_duck.adhoc import read_only_query
@@ -22,6 +23,7 @@ from cce_duck.config import Config
 from cce_duck.embedders import register_embedder
 from cce_duck.embedders.hash import HashEmbedder
 from cce_duck.errors import (
+    CCEError,
     EmbedderMismatchError,
     FolderInUseError,
     StorageError,
@@ -154,7 +156,8 @@ def test_write_read_reopen(lake: LakeSpec) -> None:
     with _engine(lake) as eng:
         numbers = [eng.add_message(SID, m["role"], m["content"], m["timestamp"]) for m in msgs[:6]]
         assert numbers == list(range(6))
-        assert eng.writer.commits == 6  # acknowledged = committed: one commit per sequential call
+        assert eng.writer.group is not None
+        assert eng.writer.group.commits == 6  # acknowledged = committed: a commit per call
         assert eng.ingest(SID, msgs) == list(range(6, len(msgs)))  # the first six are skipped
         hit = eng.context(SID, "How much does a piano lesson cost?", max_tokens=300)
         assert "thirty dollars" in hit.to_string()
@@ -172,6 +175,33 @@ def test_write_read_reopen(lake: LakeSpec) -> None:
         assert "Marta" in hit.to_string()
 
 
+def test_concurrent_calls_share_commits_and_each_is_stored_once(lake: LakeSpec) -> None:
+    threads, per = 6, 5
+    with _engine(lake) as eng:
+        errors: list[BaseException] = []
+
+        def client(k: int) -> None:
+            try:
+                for i in range(per):
+                    assert eng.add_message(f"c{k}", "user", f"client {k} message {i}") == i
+            except BaseException as exc:  # (reported below)
+                errors.append(exc)
+
+        pool = [threading.Thread(target=client, args=(k,)) for k in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        assert not errors
+        group = eng.writer.group
+        assert group is not None
+        assert group.carried == threads * per
+        assert group.commits < threads * per  # several calls went into one commit
+        rows = eng.sql("SELECT session_id, turn_no, content FROM turns ORDER BY ALL")
+        assert rows.height == threads * per
+        assert rows["content"].n_unique() == threads * per
+
+
 def test_pins_summaries_and_ids_without_sequences(lake: LakeSpec) -> None:
     with _engine(lake) as eng:
         eng.ingest(SID, topic_messages())
@@ -185,7 +215,7 @@ def test_pins_summaries_and_ids_without_sequences(lake: LakeSpec) -> None:
 
 
 def _load(eng: Engine) -> None:
-    eng.ingest(SID, topic_messages())
+    eng.ingest(SID, topic_messages(), user_id="u1")
     eng.add_message("s2", "user", "We moved the standup to nine thirty.")
 
 
@@ -199,6 +229,10 @@ def test_every_macro_answers_on_the_lake_as_on_a_file(lake: LakeSpec, tmp_path: 
         "cce_forget_plan": f"FROM cce_forget_plan('{SID}', first_turn := 8, last_turn := 11)",
         "cce_export": "SELECT kind, key, data->>'content' AS content, data->>'label' AS label "
                       f"FROM cce_export('{SID}')",
+        "cce_retrieve_user": "FROM cce_retrieve_user('u1', 'How much is a piano lesson?')",
+        "cce_user_overview": "SELECT session_id, status, turns, summary, "
+                             "list_transform(topics, t -> t.label) AS labels "
+                             "FROM cce_user_overview('u1')",
     }
     assert set(calls) == set(CURRENT_MACROS)
     with _engine(lake) as on_lake, Engine(data_dir=tmp_path / "folder", embedder="hash") as on_file:
@@ -286,3 +320,207 @@ def test_cli_writes_and_queries_the_lake(lake: LakeSpec) -> None:
         assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 1
     out = runner.invoke(app, ["sql", "SELECT 1 AS one"], env={"COLUMNS": "200"})
     assert "no cce_duck store in" in out.output  # the next invocation: the data folder again
+
+
+# -- erasure --------------------------------------------------------------------------------
+
+MARKER = "ZEBRA-7Q4-MARKER"
+
+
+def _files_with(spec: LakeSpec, marker: str) -> list[str]:
+    """Files of the data path (and the local catalog file with its WAL) whose bytes hold
+    ``marker``."""
+    paths = [p for p in spec.data_path.rglob("*") if p.is_file()]
+    if spec.kind == "file":
+        paths += [p for p in Path(spec.catalog).parent.glob(Path(spec.catalog).name + "*")
+                  if p.is_file()]
+    return sorted(str(p) for p in paths if marker.encode() in p.read_bytes())
+
+
+def _catalog_rows_with(spec: LakeSpec, marker: str) -> int:
+    """Live rows of a PostgreSQL catalog's tables that hold ``marker`` (any column, as text)."""
+    dbname = spec.catalog.split("dbname=")[1].split()[0]
+    tables = psql("SELECT tablename FROM pg_tables WHERE schemaname = 'public'",
+                  dbname=dbname).split()
+    return sum(int(psql(f"SELECT count(*) FROM {t} AS x WHERE x::text LIKE '%{marker}%'",
+                        dbname=dbname)) for t in tables)
+
+
+def _with_marker(eng: Engine, sid: str, user: str | None = None) -> None:
+    msgs = topic_messages()
+    msgs[9] = {**msgs[9], "content": f"The secret code word is {MARKER} for the budget."}
+    eng.ingest(sid, msgs, user_id=user)
+
+
+@pytest.mark.parametrize("how", ["forget", "delete_session", "delete_user"])
+def test_erasure_leaves_the_text_in_no_file(lake: LakeSpec, how: str) -> None:
+    with _engine(lake) as eng:
+        _with_marker(eng, SID, user="u1")
+        eng.add_message("keep", "user", "Another session that stays.")
+        assert _files_with(lake, MARKER), "the marker must be in the files before the erasure"
+        if lake.kind == "postgres":  # a text column's min / max: the catalog holds messages
+            assert _catalog_rows_with(lake, MARKER) > 0
+        if how == "forget":
+            eng.forget(SID, turns=(9, 9))
+        elif how == "delete_session":
+            eng.delete_session(SID)
+        else:
+            eng.delete_user("u1")
+        assert _files_with(lake, MARKER) == []
+        if lake.kind == "postgres":
+            assert _catalog_rows_with(lake, MARKER) == 0
+        assert eng.sql(f"SELECT count(*) AS n FROM turns WHERE content LIKE '%{MARKER}%'")["n"][0] == 0
+        assert eng.context("keep", "Another session?").to_string()  # the rest still reads
+    assert _files_with(lake, MARKER) == []  # (also after close: the catalog file's last write)
+
+
+# -- the sandbox ----------------------------------------------------------------------------
+
+LAKE_HOSTILE = [
+    "SELECT * FROM ducklake_set_option('lake', 'data_inlining_row_limit', 10)",
+    "SELECT * FROM lake.set_option('data_inlining_row_limit', 10)",
+    "SELECT count(*) FROM ducklake_expire_snapshots('lake', older_than => now())",
+    "SELECT count(*) FROM ducklake_cleanup_old_files('lake', cleanup_all => true)",
+    "SELECT * FROM ducklake_merge_adjacent_files('lake')",
+    "SELECT * FROM ducklake_rewrite_data_files('lake', delete_threshold => 0.0)",
+    "SELECT * FROM ducklake_flush_inlined_data('lake')",
+    "SELECT * FROM ducklake_add_data_files('lake', 'turns', '{out}/secret.parquet')",
+    "SELECT * FROM postgres_query('__ducklake_metadata_lake', 'DELETE FROM ducklake_snapshot')",
+    "SELECT * FROM postgres_scan('dbname=postgres host=127.0.0.1', 'public', 'pg_class')",
+    "CALL postgres_execute('__ducklake_metadata_lake', 'DROP TABLE ducklake_snapshot')",
+    "ATTACH 'ducklake:{out}/other.ducklake' AS other",
+    "ATTACH 'dbname=postgres host=127.0.0.1' AS pg (TYPE postgres)",
+    "DETACH lake",
+    "USE __ducklake_metadata_lake",
+    "DELETE FROM __ducklake_metadata_lake.ducklake_snapshot",
+]
+
+
+def _state(eng: Engine) -> tuple[Any, ...]:
+    snap = eng.store.con.execute("SELECT max(snapshot_id) FROM lake.snapshots()").fetchone()
+    opts = eng.store.con.execute("SELECT option_name, value FROM lake.options() ORDER BY 1"
+                                 ).fetchall()
+    turns = eng.store.con.execute("SELECT * FROM turns ORDER BY session_id, turn_no").fetchall()
+    return snap, opts, turns
+
+
+def test_hostile_sql_is_refused_on_the_lake(lake: LakeSpec, tmp_path: Path) -> None:
+    from hostile_sql import HOSTILE, SECRET, plant_secrets
+
+    from cce_duck import ValidationError as Refused
+
+    out, other = tmp_path / "outside", tmp_path / "other"
+    plant_secrets(out)
+    other.mkdir()
+    with _engine(lake) as eng:
+        _load(eng)
+        before = _state(eng)
+        outside = sorted(p.name for p in out.iterdir())
+        for sql in [*HOSTILE, *LAKE_HOSTILE]:
+            text = sql.format(out=out, other=other, data=lake.data_path, sid=SID)
+            try:
+                answer = read_only_query(eng, text)
+            except Refused:
+                continue
+            assert SECRET not in str(answer.rows()), text
+            raise AssertionError(f"ran on the lake: {text}")
+        assert _state(eng) == before
+        assert sorted(p.name for p in out.iterdir()) == outside
+        assert read_only_query(eng, "SELECT count(*) AS n FROM turns")["n"][0] == before[2].__len__()
+
+
+# -- moving ---------------------------------------------------------------------------------
+
+def test_migrate_to_the_lake_and_back_gives_byte_identical_exports(
+        lake: LakeSpec, tmp_path: Path) -> None:
+    from cce_duck.moving import to_file, to_lake
+
+    first, back = tmp_path / "first", tmp_path / "back"
+    with Engine(data_dir=first, embedder="hash") as eng:
+        _load(eng)
+        eng.pin(SID, "Always answer in French.")
+        eng.close_session("s2")
+        eng.export_user("u1", tmp_path / "a.json")
+        eng.export_session("s2", tmp_path / "a2.json")
+    target = Lake.of(lake.catalog, lake.data_path)
+    counts = to_lake(first, target)
+    assert counts["turns"] == 21
+    with _engine(lake) as eng:
+        eng.export_user("u1", tmp_path / "b.json")
+        eng.export_session("s2", tmp_path / "b2.json")
+        second = eng.pin(SID, "A second pin.")
+        assert second > 1  # ids go on past the folder's (a gap is possible, a repeat is not)
+    assert to_file(target, back)["pins"] == 2
+    with Engine(data_dir=back, embedder="hash") as eng:
+        eng.export_user("u1", tmp_path / "c.json")
+        eng.export_session("s2", tmp_path / "c2.json")
+        assert eng.pin(SID, "A third pin.") == second + 1
+        hit = eng.context(SID, "How much does a piano lesson cost?", max_tokens=300)
+        assert "thirty dollars" in hit.to_string()
+    a = (tmp_path / "a.json").read_bytes()
+    assert a == (tmp_path / "b.json").read_bytes()
+    assert (tmp_path / "a2.json").read_bytes() == (tmp_path / "b2.json").read_bytes()
+    assert b"A second pin." in (tmp_path / "c.json").read_bytes()
+    assert (tmp_path / "a2.json").read_bytes() == (tmp_path / "c2.json").read_bytes()
+
+
+def test_migrate_refuses_a_lake_that_is_not_empty(lake: LakeSpec, tmp_path: Path) -> None:
+    from cce_duck.moving import to_lake
+
+    with Engine(data_dir=tmp_path / "f", embedder="hash") as eng:
+        _load(eng)
+    with _engine(lake) as eng:
+        eng.add_message("x", "user", "already here")
+    with pytest.raises(CCEError, match="is not empty"):
+        to_lake(tmp_path / "f", Lake.of(lake.catalog, lake.data_path))
+    with _engine(lake) as eng:
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 1
+
+
+def test_cli_migrate(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cce_duck.cli import app
+
+    runner, env = CliRunner(), {"COLUMNS": "200"}
+    folder, catalog = tmp_path / "f", str(tmp_path / "m.ducklake")
+    with Engine(data_dir=folder, embedder="hash") as eng:
+        _load(eng)
+    out = runner.invoke(app, ["migrate", "--to-lake", "-d", str(folder), "--catalog", catalog],
+                        env=env)
+    assert out.exit_code == 0, out.output
+    assert "copied" in out.output
+    out = runner.invoke(app, ["--catalog", catalog, "sql", "SELECT count(*) AS n FROM turns"],
+                        env=env)
+    assert "21" in out.output
+    out = runner.invoke(app, ["migrate", "--to-file", "--to-lake", "--catalog", catalog], env=env)
+    assert out.exit_code == 2
+    assert "exactly one" in out.output
+    out = runner.invoke(app, ["migrate", "--to-file", "-d", str(tmp_path / "g"), "--catalog",
+                              catalog], env=env)
+    assert out.exit_code == 0, out.output
+    with Engine(data_dir=tmp_path / "g", embedder="hash") as eng:
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 21
+
+
+# -- the LLM reply cache and the playbook ---------------------------------------------------
+
+def test_llm_cache_and_playbook_on_the_lake(lake: LakeSpec) -> None:
+    from cce_duck.llm.cache import LLMCache
+    from cce_duck.tools.playbook import Playbook
+
+    with _engine(lake) as eng:
+        cache = LLMCache(eng.store.new_cursor(), lake=True)
+        cache.put("k1", "m", "first reply", 3, 4)
+        cache.put("k1", "m", "second reply", 3, 4)  # refreshed, not duplicated
+        hit = cache.get("k1")
+        assert hit is not None
+        assert hit.text == "second reply"
+        assert eng.sql("SELECT count(*) AS n FROM llm_cache")["n"][0] == 1
+        book = Playbook(eng, "team")
+        first = book.add("rules", "Answer in French.")
+        second = book.add("rules", "Quote the budget in euros.")
+        assert (first, second) == (1, 2)
+        assert [b.content for b in book.bullets()] == ["Answer in French.",
+                                                       "Quote the budget in euros."]
+        assert Playbook(eng, "other").next_ids(2) == [3, 4]

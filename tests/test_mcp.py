@@ -264,14 +264,15 @@ def test_search_annotations_and_short_results(tmp_path: Path) -> None:
             assert a is not None, tool.name
             assert None not in (a.read_only_hint, a.destructive_hint, a.idempotent_hint), tool.name
             assert a.read_only_hint == (tool.name in READ_ONLY), tool.name
-            assert a.destructive_hint == (tool.name in {"cce_forget_memory",
-                                                        "cce_export_session"}), tool.name
+            assert a.destructive_hint == (tool.name in {"cce_forget_memory", "cce_export_session",
+                                                        "cce_export_user"}), tool.name
             assert "title" not in json.dumps(tool.input_schema), tool.name
             assert len(tool.description or "") <= 90, tool.name
         # 13 tools in 8,845 characters, annotations and the client message id included
         # (2026-12-01, benchmarks/mcp_payload.py); 12 tools took 9,824 before; 8,974 with the
-        # user_id arguments (2026-12-01)
-        assert len(listed.model_dump_json(by_alias=True, exclude_none=True)) < 9_000
+        # user_id arguments (2026-12-01); 15 tools in 10,138 with cce_pin_user, cce_export_user
+        # and user_id on cce_list_sessions (2026-12-01 23:50 UTC, same command)
+        assert len(listed.model_dump_json(by_alias=True, exclude_none=True)) < 10_200
         err, out = await call("cce_ingest_history", {"session_id": "s1",
                                                      "messages": jmsgs(topic_messages())})
         assert not err, out

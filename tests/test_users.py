@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from conftest import TOPICS, topic_messages
 from fake_openai import fake_upstream
 from mcp_client import McpClient
 from servers import CCE, cce_server
 
-from cce_duck import Engine
+from cce_duck import Engine, ranking
 from cce_duck.errors import ConflictError, NotFoundError, ValidationError
 from cce_duck.folder import ERASURE_FILE
 from cce_duck.index import retrieve_across
@@ -461,3 +462,17 @@ def test_user_pins_reach_every_session_of_the_user(tmp_path: Path) -> None:
         eng.unpin_user("alice", pid)
         assert "peanuts" not in eng.context("alice-0", "What should I cook?",
                                             max_tokens=100).to_string()
+
+
+def test_session_prior_prefers_the_session_where_several_turns_match() -> None:
+    """Step 6 of cce_duck.ranking: a lone strong match in one session falls behind a session
+    holding several good matches; one session's scores are left exactly as they are."""
+    score = np.array([1.0, 0.9, 0.8, 0.95])
+    session = np.array([0, 1, 1, 2])
+    out = ranking.session_scores(score, score, session)
+    assert out[1] == score[1]  # the strongest session keeps its scores
+    assert out[2] == score[2]
+    assert out[0] < out[1] < score[0]
+    assert out[3] < out[0]
+    assert list(np.lexsort((-np.arange(4), -out))) == [1, 0, 3, 2]
+    assert np.array_equal(ranking.session_scores(score, score, np.zeros(4, dtype=int)), score)

@@ -30,6 +30,7 @@ from cce_duck.cli import memory as _memory  # noqa: F401
 from cce_duck.cli import reading as _reading  # noqa: F401
 from cce_duck.cli import serve as _serve  # noqa: F401
 from cce_duck.cli import shell as _shell  # noqa: F401
+from cce_duck.cli import users as _users  # noqa: F401
 from cce_duck.cli import writing as _writing  # noqa: F401
 
 

@@ -9,11 +9,21 @@ from typing import Annotated
 
 import typer
 
-from cce_duck.cli.common import DataDir, EmbedderOpt, _engine, _fail, app
+from cce_duck.cli.common import (
+    CatalogOpt,
+    DataDir,
+    DataPathOpt,
+    EmbedderOpt,
+    _engine,
+    _fail,
+    app,
+    folder_of,
+    lake_overrides,
+)
 from cce_duck.cli.output import say
 from cce_duck.config import Config
 
-__all__ = ["decrypt", "encrypt", "export", "import_"]
+__all__ = ["ExportFormat", "FormatOpt", "decrypt", "encrypt", "export", "import_", "migrate"]
 
 
 class ExportFormat(StrEnum):
@@ -23,12 +33,15 @@ class ExportFormat(StrEnum):
     parquet = "parquet"
 
 
+FormatOpt = Annotated[ExportFormat, typer.Option("--format", "-f",
+                                                 help="json (no vectors) or parquet.")]
+
+
 @app.command()
 def export(
     session: Annotated[str, typer.Argument(help="Session id.")],
     path: Annotated[Path, typer.Argument(help="File (json) or folder (parquet) to write.")],
-    fmt: Annotated[ExportFormat, typer.Option("--format", "-f", help="json (no vectors) or parquet.")
-                   ] = ExportFormat.json,
+    fmt: FormatOpt = ExportFormat.json,
     data_dir: DataDir = None,
 ) -> None:
     """Write one session (turns, notes, pins, summary) to a file."""
@@ -90,3 +103,32 @@ def decrypt(passphrase: Passphrase = None, data_dir: DataDir = None) -> None:
     folder = _folder(data_dir)
     decrypt_folder(folder, _passphrase(passphrase, confirm=False))
     say(f"decrypted {folder}")
+
+
+@app.command()
+def migrate(
+    to_lake: Annotated[bool, typer.Option("--to-lake", help="Copy the data folder into the lake.")
+                       ] = False,
+    to_file: Annotated[bool, typer.Option("--to-file", help="Copy the lake into the data folder.")
+                       ] = False,
+    data_dir: DataDir = None,
+    catalog: CatalogOpt = None,
+    data_path: DataPathOpt = None,
+) -> None:
+    """Copy a data folder into a new lake (--to-lake) or a lake into a new data folder
+    (--to-file); the source is only read."""
+    from cce_duck.lake import Lake
+    from cce_duck.moving import to_file as copy_to_file
+    from cce_duck.moving import to_lake as copy_to_lake
+
+    if to_lake == to_file:
+        raise _fail(ValueError("give exactly one of --to-lake and --to-file"))
+    given = lake_overrides()
+    name = catalog or given.get("catalog")
+    if not name:
+        raise _fail(ValueError("name the lake with --catalog (or CCE_CATALOG)"))
+    lake = Lake.of(name, data_path or given.get("data_path"))
+    folder = folder_of(data_dir)
+    counts = copy_to_lake(folder, lake) if to_lake else copy_to_file(lake, folder)
+    where = f"{folder} -> {lake.shown}" if to_lake else f"{lake.shown} -> {folder}"
+    say(f"copied {sum(counts.values())} rows ({where})")

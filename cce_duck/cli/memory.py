@@ -12,7 +12,7 @@ import polars as pl
 import typer
 
 from cce_duck.cli.common import DataDir, JsonOpt, _engine, _fail, app
-from cce_duck.cli.output import Format, cell, print_frame, print_json, print_record, say
+from cce_duck.cli.output import Format, cell, print_frame, print_json, print_record, report, say
 from cce_duck.cli.reading import MaxTokens
 from cce_duck.cli.remote import reader
 from cce_duck.config import Config
@@ -100,10 +100,7 @@ def pin(
     """Keep a text (or a stored turn) first in every context of a session."""
     with _engine(data_dir) as eng:
         pin_id = eng.pin(session, text, turn=turn)
-    if as_json:
-        print_json({"session_id": session, "pin_id": pin_id})
-    else:
-        say(f"pinned as {pin_id}")
+    report(as_json, {"session_id": session, "pin_id": pin_id}, f"pinned as {pin_id}")
 
 
 @app.command()
@@ -120,10 +117,8 @@ def unpin(session: Session, pin_id: Annotated[int, typer.Argument(help="Pin id (
     """Remove a pin."""
     with _engine(data_dir) as eng:
         eng.unpin(session, pin_id)
-    if as_json:
-        print_json({"session_id": session, "pin_id": pin_id, "removed": True})
-    else:
-        say(f"removed pin {pin_id}")
+    report(as_json, {"session_id": session, "pin_id": pin_id, "removed": True},
+           f"removed pin {pin_id}")
 
 
 def _range(value: str | None) -> tuple[int, int] | None:

@@ -27,6 +27,7 @@ __all__ = [
     "print_frame",
     "print_json",
     "print_record",
+    "report",
     "say",
 ]
 
@@ -74,6 +75,14 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 def say(text: str, style: str | None = None, *, err: bool = False) -> None:
     """Print one message line as plain text (no markup is read from it)."""
     (err_console if err else console).print(Text(text, style=style or ""), highlight=False)
+
+
+def report(as_json: bool, record: Mapping[str, Any], message: str) -> None:
+    """What a write command did: ``record`` as JSON with ``--json``, else ``message``."""
+    if as_json:
+        print_json(dict(record))
+    else:
+        say(message)
 
 
 def print_record(record: Mapping[str, Any], title: str | None = None) -> None:

@@ -98,9 +98,15 @@ def stats(
 
 
 @app.command()
-def sessions(as_json: JsonOpt = False, data_dir: DataDir = None) -> None:
-    """List sessions."""
+def sessions(
+    user: Annotated[str | None, typer.Option(
+        "--user", "-u", help="Only this user's sessions, in time order.", show_default=False)
+                    ] = None,
+    as_json: JsonOpt = False, data_dir: DataDir = None,
+) -> None:
+    """List sessions (or a user's)."""
     with reader(data_dir) as r:
-        df = r.sessions()
-    print_frame(df, Format.json if as_json else Format.table, title="sessions")
+        df = r.sessions(user)
+    print_frame(df, Format.json if as_json else Format.table,
+                title="sessions" if user is None else f"sessions of {user}")
 

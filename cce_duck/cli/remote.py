@@ -22,7 +22,7 @@ import polars as pl
 from cce_duck.cli.common import _engine, folder_of
 from cce_duck.cli.output import say
 from cce_duck.errors import CCEError, FolderInUseError, NotFoundError
-from cce_duck.messages import validate_session_id
+from cce_duck.messages import validate_session_id, validate_user_id
 from cce_duck.payload import ContextPayload, VerbatimTurn
 
 __all__ = ["Reader", "RemoteReader", "ServerClient", "payload_from_dict", "reader", "server_of"]
@@ -31,7 +31,7 @@ __all__ = ["Reader", "RemoteReader", "ServerClient", "payload_from_dict", "reade
 class Reader(Protocol):
     """The read methods the CLI's read commands use (``Engine`` has them all)."""
 
-    def sessions(self) -> pl.DataFrame: ...
+    def sessions(self, user_id: str | None = None) -> pl.DataFrame: ...
 
     def stats(self, session_id: str | None = None) -> pl.DataFrame: ...
 
@@ -107,9 +107,10 @@ class RemoteReader:
     def __init__(self, url: str, key: str | None) -> None:
         self.server = ServerClient(url, key)
 
-    def sessions(self) -> pl.DataFrame:
-        """``GET /v1/sessions``."""
-        return _frame(self.server.call("GET", "/v1/sessions")["sessions"])
+    def sessions(self, user_id: str | None = None) -> pl.DataFrame:
+        """``GET /v1/sessions`` (``?user_id=``: the user's, in time order)."""
+        query = "" if user_id is None else f"?user_id={validate_user_id(user_id)}"
+        return _frame(self.server.call("GET", "/v1/sessions" + query)["sessions"])
 
     def stats(self, session_id: str | None = None) -> pl.DataFrame:
         """``GET /v1/sessions/{id}/stats`` for one session, or for every listed one."""

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from cce_duck.engine import Engine
-from cce_duck.errors import ValidationError
+from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.integrations.shared import engine_for
 from cce_duck.items import Write, validate_namespace
 
@@ -118,6 +119,27 @@ class CCEStore(BaseStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch` in a worker thread (the engine's calls block)."""
         return await asyncio.to_thread(self.batch, list(ops))
+
+    def search_turns(self, user_id: str, query: str, *, limit: int = 10) -> list[SearchItem]:
+        """The conversation turns of the user's sessions that best match ``query``, best first
+        (the ranking of :meth:`cce_duck.Engine.user_context`; ``score`` is its conversation
+        score), as items: namespace ``("users", user_id, "sessions", session_id)``, key the turn
+        number, value ``role``, ``speaker``, ``content`` and ``ts``. Read-only (they are not
+        items: ``search`` and ``list_namespaces`` do not show them). Empty for a user without
+        sessions."""
+        try:
+            hits = self.engine.user_search(user_id, query, limit)
+        except NotFoundError:
+            return []
+        out = []
+        for h in hits.to_dicts():
+            ts = h["ts"].replace(tzinfo=UTC)
+            out.append(SearchItem(
+                namespace=("users", user_id, "sessions", h["session_id"]), key=str(h["turn_no"]),
+                value={"role": h["role"], "speaker": h["speaker"], "content": h["content"],
+                       "ts": ts.isoformat()},
+                created_at=ts, updated_at=ts, score=h["score"]))
+        return out
 
     # -- helpers ------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import duckdb
 
 from cce_duck.clock import now as utc_now
 from cce_duck.errors import ValidationError
-from cce_duck.sqlfiles import query
+from cce_duck.sqlfiles import lake_query, query
 
 __all__ = ["CacheEntry", "LLMCache", "cache_key"]
 
@@ -51,12 +51,14 @@ class LLMCache:
     """Reads and writes ``llm_cache`` through one store connection (thread-safe)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, *, max_entries: int = 10_000,
-                 max_age_s: float = 30 * 86400.0, clock: Callable[[], datetime] = utc_now) -> None:
+                 max_age_s: float = 30 * 86400.0, clock: Callable[[], datetime] = utc_now,
+                 lake: bool = False) -> None:
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries <= 0:
             raise ValidationError("cache max_entries must be a positive integer")
         if not isinstance(max_age_s, int | float) or max_age_s <= 0:
             raise ValidationError("cache max_age_s must be a positive number of seconds")
         self._con = con
+        self._sql = lake_query if lake else query  # (a lake has no INSERT OR REPLACE)
         self.max_entries = max_entries
         self.max_age_s = float(max_age_s)
         self._clock = clock
@@ -64,7 +66,7 @@ class LLMCache:
         self.dropped_corrupt = 0
 
     def _q(self, name: str, params: dict[str, Any] | None = None) -> Any:
-        return self._con.execute(query(name, "llm.sql"), params)
+        return self._con.execute(self._sql(name, "llm.sql"), params)
 
     def get(self, key: str) -> CacheEntry | None:
         """The entry for ``key``, or ``None`` (missing, expired or corrupt: the latter two are

@@ -159,12 +159,12 @@ class LLM:
         self.context_window = context_window
         self.counter: TokenCounter = token_counter(tokenizer)
         self.json_schemas = bool(json_schemas)
-        con = None
+        con, on_lake = None, False
         if store is not None:
             st = getattr(store, "store", store)  # an Engine or a Store
-            con = st.new_cursor()
+            con, on_lake = st.new_cursor(), st.lake is not None
         self.cache = None if con is None else LLMCache(
-            con, max_entries=cache_max_entries, max_age_s=cache_max_age_s)
+            con, max_entries=cache_max_entries, max_age_s=cache_max_age_s, lake=on_lake)
         self._sleep = sleep
         self._clock = clock
         self._lock = threading.Lock()

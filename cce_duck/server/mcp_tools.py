@@ -23,6 +23,7 @@ from cce_duck.adhoc import read_only_query
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
+from cce_duck.server import mcp_users
 from cce_duck.server.models import ChatMessageIn, MessageIn
 from cce_duck.server.serial import Serialized
 
@@ -202,9 +203,9 @@ def build_server(engine: Engine) -> MCPServer[Any]:
         return {"session_id": session_id, "summary": eng.call(e.close_session, session_id)}
 
     @server.tool(annotations=READ)
-    def cce_list_sessions() -> dict[str, Any]:
-        """Every session with its turn and note counts."""
-        return {"sessions": _jsonable(eng.read(e.sessions).to_dicts())}
+    def cce_list_sessions(user_id: UserId = None) -> dict[str, Any]:
+        """Every session (or a user's, in time order) with its turn and note counts."""
+        return {"sessions": _jsonable(eng.read(e.sessions, user_id).to_dicts())}
 
     @server.tool(annotations=READ)
     def cce_stateless_compress(messages: Annotated[list[ChatMessageIn], Field(min_length=1,
@@ -223,6 +224,7 @@ def build_server(engine: Engine) -> MCPServer[Any]:
         return {"columns": df.columns, "rows": _jsonable([list(r) for r in df.rows()])}
 
     _manage_tools(server, eng, e)
+    mcp_users.register(server, eng, e)
     _strict(server)
     return server
 

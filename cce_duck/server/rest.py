@@ -7,9 +7,9 @@ OpenAPI docs at ``/docs`` (and ``/redoc``), served offline. Keys: see :mod:`cce_
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
@@ -45,9 +45,13 @@ def compress(body: CompressIn, _: Who) -> dict[str, Any]:
 
 
 @router.get("/sessions", tags=["sessions"])
-def list_sessions(g: G, who: Who) -> dict[str, Any]:
-    """Sessions the key may use, with turn and note counts."""
-    rows = frame_rows(g.read(g.engine.sessions))
+def list_sessions(g: G, who: Who, user_id: Annotated[str | None, Query(max_length=64)] = None
+                  ) -> dict[str, Any]:
+    """Sessions the key may use, with turn and note counts; with ``user_id`` only the user's,
+    in time order (404 for an unknown user, 403 for a key outside it)."""
+    if user_id is not None:
+        who.check_user(user_id)
+    rows = frame_rows(g.read(g.engine.sessions, user_id))
     return {"sessions": [r for r in rows if who.allows(str(r["session_id"]), r["user_id"])]}
 
 
@@ -117,6 +121,15 @@ def list_users(g: G, who: Who) -> dict[str, Any]:
         who.require_admin()
     rows = frame_rows(g.read(g.engine.users))
     return {"users": [r for r in rows if who.allows_user(str(r["user_id"]))]}
+
+
+@router.get("/users/{user_id}/overview", tags=["users"])
+def user_overview(user_id: Uid, g: G, since: Annotated[str | None, Query(max_length=64)] = None,
+                  until: Annotated[str | None, Query(max_length=64)] = None) -> dict[str, Any]:
+    """What the user talked about: their sessions in time order with summaries and topics,
+    those with a turn in ``since``..``until`` (ISO 8601; 404 for an unknown user)."""
+    rows = frame_rows(g.read(g.engine.user_overview, user_id, since=since, until=until))
+    return {"user_id": user_id, "sessions": rows}
 
 
 @router.get("/users/{user_id}/export", tags=["users"])

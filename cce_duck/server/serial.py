@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cce_duck.engine import Engine
 
-__all__ = ["Serialized"]
+__all__ = ["READERS", "Serialized"]
 
 T = TypeVar("T")
+
+#: Reads that run at once (``CCE_SERVER_READERS``, default: the cores, at least 2). Reads are
+#: mostly Python under one interpreter lock: more of them at once only make each slower and
+#: starve the event loop that answers the clients.
+READERS = int(os.environ.get("CCE_SERVER_READERS", "0") or 0) or max(2, os.cpu_count() or 2)
 
 
 class Serialized:
@@ -23,6 +30,7 @@ class Serialized:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._lock = engine.store.write_lock
+        self._readers = threading.BoundedSemaphore(READERS)
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` while holding the write lock; the journal sync its writes need runs after
@@ -37,4 +45,5 @@ class Serialized:
         connection to its catalog) reads are serialised with the writes, as :meth:`call`."""
         if self.engine.store.lake is not None:
             return self.call(fn, *args, **kwargs)
-        return fn(*args, **kwargs)
+        with self._readers:
+            return fn(*args, **kwargs)

@@ -26,7 +26,6 @@ import pyarrow as pa
 from cce_duck import clock
 from cce_duck.errors import ConflictError, NotFoundError, ValidationError
 from cce_duck.rows import quantize, registered
-from cce_duck.sqlfiles import query
 from cce_duck.tools.okf import Concept, IndexEntry, read_bundle, write_concept, write_index
 
 __all__ = ["Bullet", "Playbook", "parse_markdown"]
@@ -116,7 +115,7 @@ class Playbook:
         self.dim = self.store.dim
 
     def _q(self, name: str, params: dict[str, Any] | None = None) -> Any:
-        return self.store.con.execute(query(name, "llm.sql"), params)
+        return self.store.q(name, params, source="llm.sql")
 
     # -- reading ----------------------------------------------------------------
 
@@ -189,7 +188,7 @@ class Playbook:
         vecs = self.embedder.embed([b.content for b in bullets]) if bullets else np.empty(
             (0, self.dim), dtype=np.float32)
         with self.store.transaction() as con:
-            con.execute(query("bullets_delete_playbook", "llm.sql"), {"playbook": self.name})
+            self._q("bullets_delete_playbook", {"playbook": self.name})
             if bullets:
                 tbl = pa.table({
                     "bullet_id": pa.array(ids, pa.int64()),
@@ -204,17 +203,17 @@ class Playbook:
                 })
                 try:
                     with registered(con, _b_bullets=tbl):
-                        con.execute(query("bullets_insert", "llm.sql"))
+                        self._q("bullets_insert")
                 except duckdb.ConstraintException:
                     raise ConflictError(
                         "a bullet id is already used by another playbook (ids are global)"
                     ) from None
             # keep the global counter ahead of every id written
             top = max(ids, default=0)
-            row = con.execute(query("bullet_last_id", "llm.sql")).fetchone()
+            row = self._q("bullet_last_id").fetchone()
             last = row[0] if row and row[0] is not None else 0
             for _ in range(max(0, top - last)):
-                con.execute(query("bullet_next_id", "llm.sql"))
+                self._q("bullet_next_id").fetchall()
 
     def next_ids(self, n: int) -> list[int]:
         """Reserve ``n`` ids from the global counter."""

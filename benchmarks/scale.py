@@ -1,7 +1,7 @@
 """Scale figures of cce_duck: servers under concurrent load, ratios against a baseline in one run.
 
-    python benchmarks/scale.py --local [--clients 8] [--seconds 10] [--baseline 766d1ed]
-                               [--json out.json]
+    python benchmarks/scale.py [--local] [--lake] [--clients 8] [--seconds 10]
+                               [--baseline 766d1ed] [--pg DSN] [--no-onnx] [--json out.json]
 
 Sections (one function each; each returns a dict that goes into the results under its name):
 
@@ -15,13 +15,24 @@ Sections (one function each; each returns a dict that goes into the results unde
   requests/s, p50/p95 latency of each and the throughput ratio, against the target of issue
   "Past one machine" (>= 5x, p95 <= 100 ms).
 
-More sections (the DuckLake ones) add a function and a line in :data:`SECTIONS`. Exit status 1
-when a target fails. Results go to ``benchmarks/results/scale-<date>.json`` unless ``--json``.
+- ``lake`` (:func:`lake`): 1, 2 and 3 ``cce serve rest`` processes on one DuckLake with a
+  PostgreSQL catalog (a database of its own on ``--pg``, dropped afterwards) against a server on
+  the local file, in one run: the floor (one autocommitted one-row ``INSERT`` into a DuckLake
+  table on the same catalog, data inlining off as in the store, and with DuckLake's default
+  inlining), acknowledged-message latency of one sequential client, aggregate ingestion with
+  ``--clients`` concurrent clients (each its own session, clients spread over the processes;
+  ``hash``, and ``onnx`` unless ``--no-onnx``), messages per commit (messages acknowledged over
+  cce_duck's commits in the catalog in the same window), context p50/p95 with ``--clients``
+  clients on a store of the LoCoMo dev conversations, and data files per 1,000 messages before
+  and after ``ducklake_merge_adjacent_files``.
+
+Exit status 1 when a target fails. Results go to ``benchmarks/results/scale-<date>.json`` unless ``--json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -47,14 +58,25 @@ DEFAULT_DATA = Path(os.environ.get("CCE_LOCOMO", "/work/shared/data/locomo_dev.j
 BASELINE_REF = "766d1ed"
 MAX_TOKENS = 1000
 
-__all__ = ["BASELINE_REF", "SECTIONS", "checkout", "context_load", "local_file", "main",
-           "rest_server", "server_env"]
+__all__ = ["BASELINE_REF", "SECTIONS", "checkout", "context_load", "lake_figures", "local_file",
+           "main", "rest_server", "server_env"]
 
 # (section, figure, op, target, label)
 TARGETS: list[tuple[str, str, str, float, str]] = [
     ("local", "throughput_ratio", ">=", 5.0, "local file: context requests/s, 8 clients, vs baseline"),
     ("local", "new_p95_ms", "<=", 100.0, "local file: context p95 with 8 clients (ms)"),
+    ("lake", "ack_p50_over_floor", "<=", 3.0,
+     "lake: sequential acknowledgement p50 / floor (hash, 1 process)"),
+    ("lake", "messages_per_commit_1p", ">=", 4.0,
+     "lake: messages per commit with 8 concurrent clients (hash, 1 process)"),
+    ("lake", "ingest_per_s_1p", ">=", 200.0,
+     "lake: messages/s one process acknowledges, 8 clients (hash)"),
+    ("lake", "context_p95_ratio", "<=", 2.0,
+     "lake: context p95 with 8 clients, 1 process / local file"),
 ]
+#: The PostgreSQL of scripts/pg.sh (its test role may create databases).
+DEFAULT_PG = os.environ.get("CCE_TEST_PG_DSN",
+                            "host=127.0.0.1 port=5432 user=cce_test password=cce_test")
 
 
 # -- code and processes ------------------------------------------------------------------------
@@ -72,12 +94,14 @@ def checkout(ref: str, root: Path) -> Path:
     return dest
 
 
-def server_env(code: Path | None, data_dir: Path, **settings: str) -> dict[str, str]:
+def server_env(code: Path | None, data_dir: Path | None, **settings: str) -> dict[str, str]:
     """The environment of a child process on ``data_dir`` with the code at ``code`` first on
     ``PYTHONPATH`` (``None``: this checkout), no API keys, the ``hash`` embedder unless
     ``settings`` say otherwise (``embedder="onnx"`` sets ``CCE_EMBEDDER``, and so on)."""
     env = {k: v for k, v in os.environ.items() if k not in ("CCE_API_KEY", "CCE_API_KEYS")}
-    env.update({"CCE_DATA_DIR": str(data_dir), "CCE_EMBEDDER": "hash"})
+    env.update({"CCE_EMBEDDER": "hash"})
+    if data_dir is not None:
+        env["CCE_DATA_DIR"] = str(data_dir)
     env.update({f"CCE_{k.upper()}": v for k, v in settings.items()})
     if code is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(
@@ -156,18 +180,20 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.quantile(np.asarray(values), q)) if values else float("nan")
 
 
-def context_load(base: str, asks: list[tuple[str, str]], clients: int, seconds: float
-                 ) -> dict[str, Any]:
+def context_load(base: str | list[str], asks: list[tuple[str, str]], clients: int,
+                 seconds: float) -> dict[str, Any]:
     """``clients`` threads, each on its own keep-alive connection, asking for the contexts of
     ``asks`` (session, question; each client starts at another place in the list) for
-    ``seconds``; requests/s and latency percentiles of the answered calls."""
+    ``seconds``; requests/s and latency percentiles of the answered calls. With several
+    ``base`` URLs client ``c`` asks server ``c % len(base)``."""
+    bases = [base] if isinstance(base, str) else base
     lat: list[list[float]] = [[] for _ in range(clients)]
     errors = [0] * clients
     start = threading.Barrier(clients + 1)
     stop_at = [0.0]
 
     def client(c: int) -> None:
-        with httpx.Client(base_url=base, timeout=60) as http:
+        with httpx.Client(base_url=bases[c % len(bases)], timeout=60) as http:
             http.get("/health")
             start.wait()
             i = c * len(asks) // clients
@@ -260,10 +286,221 @@ def local_file(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     return out
 
 
+# -- the lake ------------------------------------------------------------------------------
+
+@contextmanager
+def pg_database(admin_dsn: str, tag: str) -> Iterator[str]:
+    """A new PostgreSQL database (dropped at the end); yields its libpq connection string."""
+    import psycopg
+
+    name = f"scale_{tag}_{os.getpid()}_{int(time.time())}"
+    with psycopg.connect(admin_dsn + " dbname=postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{admin_dsn} dbname={name}"
+    finally:
+        with psycopg.connect(admin_dsn + " dbname=postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _lake_con(dsn: str, data_path: Path, inlining: bool = False) -> Any:
+    """A raw DuckDB connection with the lake attached as ``lake`` (no cce_duck store)."""
+    import duckdb
+
+    from cce_duck.lake import load_extensions
+
+    con = duckdb.connect()
+    load_extensions(con)
+    limit = "" if inlining else ", DATA_INLINING_ROW_LIMIT 0"
+    con.execute(f"ATTACH 'ducklake:postgres:{dsn}' AS lake (DATA_PATH '{data_path}/'{limit})")
+    return con
+
+
+def floor(dsn: str, data_path: Path, n: int = 100) -> dict[str, float]:
+    """One autocommitted one-row INSERT into a DuckLake table on this catalog: p50/p95, with
+    data inlining off (as the store) and with DuckLake's default inlining."""
+    out: dict[str, float] = {}
+    for name, inlining in (("", False), ("inlined_", True)):
+        con = _lake_con(dsn, data_path, inlining)
+        table = f"lake.floor_{name or 'files'}"
+        con.execute(f"CREATE TABLE {table} (s VARCHAR, n INTEGER, c VARCHAR)")
+        lat = []
+        for i in range(n):
+            t0 = time.perf_counter()
+            con.execute(f"INSERT INTO {table} VALUES ('s', ?, 'one message of a conversation')",
+                        [i])
+            lat.append((time.perf_counter() - t0) * 1e3)
+        con.close()
+        out[f"floor_{name}p50_ms"] = _pct(lat, 0.5)
+        out[f"floor_{name}p95_ms"] = _pct(lat, 0.95)
+    return out
+
+
+def ingest_load(bases: list[str], clients: int, seconds: float, prefix: str) -> dict[str, Any]:
+    """``clients`` threads, each writing one message per request to its own session (client
+    ``c`` through server ``c % len(bases)``) for ``seconds``: acknowledged messages/s and the
+    latency of an acknowledgement."""
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0] * clients
+    start = threading.Barrier(clients + 1)
+    stop_at = [1e18]
+
+    def client(c: int) -> None:
+        with httpx.Client(base_url=bases[c % len(bases)], timeout=120) as http:
+            http.get("/health")
+            start.wait()
+            i = 0
+            while time.perf_counter() < stop_at[0]:
+                t0 = time.perf_counter()
+                r = http.post(f"/v1/sessions/{prefix}-{c}/messages", json={"messages": [
+                    {"role": "user" if i % 2 == 0 else "assistant",
+                     "content": f"Message {i} of client {c}: we talked about the lake, the "
+                                f"catalog and the commit number {i * 7 + c}."}]})
+                if r.status_code == 200:
+                    lat[c].append((time.perf_counter() - t0) * 1e3)
+                else:
+                    errors[c] += 1
+                i += 1
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    stop_at[0] = t0 + seconds
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    every = [x for part in lat for x in part]
+    return {"clients": clients, "processes": len(bases), "seconds": round(wall, 2),
+            "messages": len(every), "errors": sum(errors), "messages_per_s": len(every) / wall,
+            "p50_ms": _pct(every, 0.5), "p95_ms": _pct(every, 0.95)}
+
+
+def _cce_commits(dsn: str) -> int:
+    """cce_duck's commits recorded in the lake's catalog so far."""
+    import psycopg
+
+    with psycopg.connect(dsn) as pg:
+        row = pg.execute("SELECT count(*) FROM ducklake_snapshot_changes "
+                         "WHERE commit_message = 'cce_duck'").fetchone()
+    return int(row[0]) if row else 0
+
+
+@contextmanager
+def lake_servers(n: int, root: Path, dsn: str, data_path: Path, embedder: str
+                 ) -> Iterator[list[str]]:
+    """``n`` REST servers on one lake (started one after the other: the first creates it)."""
+    with contextlib.ExitStack() as stack:
+        bases = []
+        for k in range(n):
+            folder = root / f"proc{k}"
+            folder.mkdir(parents=True, exist_ok=True)
+            bases.append(stack.enter_context(rest_server(
+                None, folder, catalog=f"postgres:{dsn}", data_path=str(data_path),
+                embedder=embedder)))
+        yield bases
+
+
+def _data_files(dsn: str, data_path: Path) -> tuple[int, int]:
+    """Data files the lake's current snapshot uses (from its catalog), and the turns it holds."""
+    import psycopg
+
+    with psycopg.connect(dsn) as pg:
+        row = pg.execute("SELECT count(*) FROM ducklake_data_file WHERE end_snapshot IS NULL"
+                         ).fetchone()
+    con = _lake_con(dsn, data_path)
+    try:
+        turns = con.execute("SELECT count(*) FROM lake.main.turns").fetchone()
+    finally:
+        con.close()
+    return int(row[0]) if row else 0, int(turns[0]) if turns else 0
+
+
+def lake_figures(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """The lake section (see the module's docstring)."""
+    out: dict[str, Any] = {"load_avg_1m_start": os.getloadavg()[0], "clients": args.clients}
+    seconds = args.seconds
+    with pg_database(args.pg, "floor") as dsn:
+        out.update(floor(dsn, root / "floor_data"))
+    # sequential acknowledgement and 8-client ingestion: the local file, then 1, 2, 3 processes
+    embedders = ["hash"] if args.no_onnx else ["hash", "onnx"]
+    for emb in embedders:
+        local = root / f"local_{emb}"
+        local.mkdir()
+        with rest_server(None, local / "data", embedder=emb) as base:
+            if emb == "hash":
+                out["local_ack"] = ingest_load([base], 1, seconds, "seq")
+            out[f"local_ingest_{emb}"] = ingest_load([base], args.clients, seconds, "many")
+        with pg_database(args.pg, emb) as dsn:
+            data_path = root / f"lake_{emb}"
+            for n in (1, 2, 3) if emb == "hash" else (1,):
+                with lake_servers(n, root / f"run_{emb}_{n}", dsn, data_path, emb) as bases:
+                    if emb == "hash" and n == 1:
+                        out["lake_ack"] = ingest_load(bases, 1, seconds, "seq")
+                    before = _cce_commits(dsn)
+                    fig = ingest_load(bases, args.clients, seconds, f"many{n}")
+                    fig["commits"] = _cce_commits(dsn) - before
+                    fig["messages_per_commit"] = fig["messages"] / max(fig["commits"], 1)
+                out[f"lake_ingest_{emb}_{n}p"] = fig
+            if emb == "hash":
+                files, turns = _data_files(dsn, data_path)
+                con = _lake_con(dsn, data_path)
+                t0 = time.perf_counter()
+                con.execute("CALL ducklake_merge_adjacent_files('lake')")
+                out["merge_s"] = time.perf_counter() - t0
+                con.close()
+                after, _ = _data_files(dsn, data_path)
+                out["lake_messages"] = turns
+                out["data_files_per_1000_before_merge"] = files * 1000 / max(turns, 1)
+                out["data_files_per_1000_after_merge"] = after * 1000 / max(turns, 1)
+    # contexts with 8 clients on a LoCoMo store: the local file, then the lake
+    sessions, asks = _conversations(args.data)
+    local = root / "ctx_local"
+    build_store(None, local, sessions)
+    with rest_server(None, local) as base:
+        context_load(base, asks[: args.clients * 4], args.clients, 1.0)
+        out["local_context"] = context_load(base, asks, args.clients, seconds)
+    with pg_database(args.pg, "ctx") as dsn:
+        data_path = root / "ctx_lake"
+        spec = root / "conversations.json"
+        spec.write_text(json.dumps(sessions, default=str), encoding="utf-8")
+        built = subprocess.run([sys.executable, "-c", _BUILD_LAKE, str(spec), f"postgres:{dsn}",
+                                str(data_path)], env=server_env(None, None),
+                               capture_output=True, text=True)
+        if built.returncode:
+            raise RuntimeError(f"building the lake store failed:\n{built.stderr[-3000:]}")
+        for n in (1, 2, 3):
+            with lake_servers(n, root / f"ctx_run_{n}", dsn, data_path, "hash") as bases:
+                context_load(bases, asks[: args.clients * 4], args.clients, 1.0)
+                out[f"lake_context_{n}p"] = context_load(bases, asks, args.clients, seconds)
+    floor_p50 = out["floor_p50_ms"]
+    out["ack_p50_ms"] = out["lake_ack"]["p50_ms"]
+    out["ack_p50_over_floor"] = out["ack_p50_ms"] / floor_p50
+    out["messages_per_commit_1p"] = out["lake_ingest_hash_1p"]["messages_per_commit"]
+    out["ingest_per_s_1p"] = out["lake_ingest_hash_1p"]["messages_per_s"]
+    out["context_p95_ratio"] = (out["lake_context_1p"]["p95_ms"]
+                                / out["local_context"]["p95_ms"])
+    out["load_avg_1m_end"] = os.getloadavg()[0]
+    return out
+
+
+_BUILD_LAKE = """
+import json, sys
+import cce_duck
+convs = json.load(open(sys.argv[1]))
+with cce_duck.Engine(catalog=sys.argv[2], data_path=sys.argv[3], embedder="hash") as eng:
+    for sid, msgs in convs.items():
+        eng.ingest(sid, msgs)
+"""
+
+
 #: Section name -> (command-line flag help, function).
 SECTIONS: dict[str, tuple[str, Callable[[argparse.Namespace, Path], dict[str, Any]]]] = {
     "local": ("REST server on the local file: context throughput vs the baseline commit",
               local_file),
+    "lake": ("1, 2 and 3 REST servers on one DuckLake (PostgreSQL catalog) vs the local file",
+             lake_figures),
 }
 
 
@@ -293,6 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default=BASELINE_REF,
                     help=f"commit the local-file figures compare with (default {BASELINE_REF})")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON file")
+    ap.add_argument("--pg", default=DEFAULT_PG,
+                    help="libpq connection string of a PostgreSQL role that may create databases "
+                         "(default: CCE_TEST_PG_DSN, else scripts/pg.sh's)")
+    ap.add_argument("--no-onnx", action="store_true", help="lake: skip the onnx ingestion")
     ap.add_argument("--json", type=Path, default=None,
                     help="results file (default benchmarks/results/scale-<date>.json)")
     args = ap.parse_args(argv)

@@ -68,6 +68,8 @@ class _AbsentPandas(importlib.abc.MetaPathFinder):
 if importlib.util.find_spec("pandas") is None:
     sys.meta_path.insert(0, _AbsentPandas())
 
+#: The smallest buffer pool of a lake store (Config.duckdb_memory_mb is for a data folder's file).
+LAKE_MEMORY_MB = 256
 _PARAM = re.compile(r"\$(\w+)")
 _LOCK = re.compile(r"Could not set lock on file", re.I)
 _SAME_FILE = re.compile(r"same database file with a different configuration|Unique file handle "
@@ -325,8 +327,12 @@ class Store:
     def _limit_memory(self, con: duckdb.DuckDBPyConnection) -> None:
         """Buffer pool limit, and memory given back to the system promptly (see Config)."""
         if self.memory_mb is not None:
-            con.execute(f"SET memory_limit = '{int(self.memory_mb)}MB'")
-            con.execute(f"SET allocator_flush_threshold = '{max(int(self.memory_mb) // 4, 8)}MB'")
+            # a lake's instance is in memory and holds the catalog's file lists, which grow with
+            # the data files between compactions: it gets at least LAKE_MEMORY_MB
+            mb = max(int(self.memory_mb), LAKE_MEMORY_MB) if self.lake is not None else int(
+                self.memory_mb)
+            con.execute(f"SET memory_limit = '{mb}MB'")
+            con.execute(f"SET allocator_flush_threshold = '{max(mb // 4, 8)}MB'")
 
     def _prepare(self, requested: str) -> CachedEmbedder:
         meta = self._meta()

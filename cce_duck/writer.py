@@ -91,6 +91,8 @@ class Writer:
         self.group = GroupCommit()
         #: (ticket, session) of every lake write whose session lease waits for its commit.
         self._leased: list[tuple[int, str]] = []
+        #: session -> the turn count before which no lake flush can compress anything
+        self._quiet: dict[str, int] = {}
         if store.data_dir is not None and not store.read_only:
             self.journal = Journal(store.data_dir / JOURNAL_FILE, store.journal_codec,
                                    config.durability)
@@ -128,6 +130,7 @@ class Writer:
 
     def reopen(self, session_id: str) -> None:
         """Forget the cached 'closed' state of a session (after the tables changed)."""
+        self._quiet.pop(session_id, None)
         self._closed.discard(session_id)
         self._next.pop(session_id, None)
         self._users.pop(session_id, None)
@@ -392,6 +395,7 @@ class Writer:
                 f"{self.store.lake.describe() if self.store.lake else 'the lake'} failed before "
                 "these messages were committed; nothing of this call was stored, retry it"))
         self._next.clear()
+        self._quiet.clear()
         self._closed.clear()
         self._users.clear()
         self._df.clear()
@@ -412,8 +416,10 @@ class Writer:
         window as well: used when a session is closed). Retrieval counts ride along with any
         flush; ``counts`` stores them even when nothing else is waiting.
         """
-        if self.store.coordinator is not None:
-            self.store.coordinator.refresh()  # (before the lock: it may drop cached sessions)
+        if self.store.coordinator is not None and not self._lock.held():
+            # what other processes changed; never with the lock held (a refresh that found
+            # changes takes the lock to drop cached sessions, holding the coordinator's)
+            self.store.coordinator.refresh()
         with self._lock:
             try:
                 self._flush(finish, hot_too=hot_too, counts=counts)
@@ -434,6 +440,7 @@ class Writer:
                 self._planned = []
                 self._ids.clear()
                 self._next.clear()
+                self._quiet.clear()
                 self._users.clear()
                 self._settle(upto, exc)
             raise
@@ -567,9 +574,15 @@ class Writer:
 
     def _compress(self, con: Any, sid: str, *, finish: bool, hot_too: bool) -> None:
         cfg = self.config
+        if not finish and self.next_turn(sid) < self._quiet.get(sid, 0):
+            return  # too few turns left the hot window since the last look (see below)
         before = self.next_turn(sid) - (0 if hot_too else cfg.hot_tier_max_turns)
         tbl = self.store.q("pending_turns", {"sid": sid, "before": before}).to_arrow_table()
         if tbl.num_rows == 0 or (not finish and tbl.num_rows < cfg.live_batch_turns):
+            if self._lake and not finish:  # each new turn adds at most one pending turn: no
+                # flush compresses anything before this many more (a query less per commit,
+                # where a query costs a round of catalog reads)
+                self._quiet[sid] = self.next_turn(sid) + cfg.live_batch_turns - tbl.num_rows
             return
         rows = tbl.drop_columns(["vector"]).to_pylist()
         vecs = vectors_of(tbl.column("vector"), self.store.dim)
@@ -606,6 +619,7 @@ class Writer:
     def forget_stats(self, session_id: str) -> None:
         """Drop cached statistics of a session (after turns were edited or removed)."""
         self._df.pop(session_id, None)
+        self._quiet.pop(session_id, None)
 
     def _write_notes(self, con: Any, sid: str, turns: list[topics.TopicTurn],
                      rows: list[dict[str, Any]], vecs: Matrix, groups: list[list[int]]) -> None:

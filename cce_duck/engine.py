@@ -352,9 +352,9 @@ class Engine(ManagementMixin):
         coord = self.store.coordinator
         if coord is not None:
             coord.refresh()
-        index = None if self.store.read_only else self._flush_for_context(
-            sid, overview=is_overview_question(query))
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
+        index = None if self.store.read_only else self._flush_for_context(
+            sid, overview=is_overview_question(req.query))
         with self.store.reading():
             payload = build_context(self.store, self.config, req, explain=explain,
                                     cache=self.index, index=index)

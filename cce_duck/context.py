@@ -174,7 +174,7 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
                               before_turn=first_verbatim, recency_weight=config.recency_weight,
                               rrf_k=config.rrf_k, conversation=True)
         chosen, dropped, memory_paid = _quotes(store, sid, req, hits, index, budget, memory_paid,
-                                               memory_overhead)
+                                               memory_overhead, explain=explain)
 
     memory = _render_memory(pins, chosen, overview)
     payload = ContextPayload(
@@ -321,7 +321,7 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
         if first_index is not None:
             chosen, dropped, _ = _quotes(store, req.session_id, req, hits, first_index, budget,
                                          bool(pins), memory_overhead, indexes=dict(parts),
-                                         chats=chats)
+                                         chats=chats, explain=explain)
     payload = ContextPayload(
         session_id=req.session_id, query=req.query, max_tokens=req.max_tokens,
         memory=_render_memory(pins, chosen, overview, True), turns=verbatim, notes=chosen,
@@ -498,11 +498,13 @@ def _leaves_out_words(content: str, spans: list[tuple[int, int]]) -> bool:
 
 def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, Any]],
             index: SessionIndex, budget: _Budget, memory_paid: bool, memory_overhead: int,
-            indexes: dict[str, SessionIndex] | None = None, chats: dict[str, int] | None = None
-            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+            indexes: dict[str, SessionIndex] | None = None, chats: dict[str, int] | None = None,
+            explain: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
     """Quotes of ``hits`` grouped by note, in budget order. With ``indexes`` (hits of
     :func:`cce_duck.index.retrieve_across`) each hit is read from its session's index and the
-    quotes are shown under their session (its place in ``chats``) as well as their date."""
+    quotes are shown under their session (its place in ``chats``) as well as their date.
+    The hits left out are listed (with the reason) only for ``explain``; without it the walk
+    ends as soon as no quote can fit any more."""
     chats = chats or {}
     if not hits:
         return [], [], memory_paid
@@ -510,22 +512,29 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
     dropped: list[dict[str, Any]] = []
     who_tokens: dict[str, int] = {}
     days: set[Any] = set()
+    scoped = indexes is not None
     for h in hits:
+        left = budget.total - budget.used
+        if left < _LEAST_QUOTE and not explain:
+            break  # every quote costs at least its speaker (1 token or more), 1 of text and 1
         if indexes is not None:
             index = indexes[h["session_id"]]
-        key = (h.get("session_id"),
-               h["note_id"] if h["note_id"] is not None else f"turn-{h['turn_no']}")
+        nid = h["note_id"]
+        key = (h.get("session_id"), nid, None if nid is not None else h["turn_no"])
         group = groups.get(key)
         if group is None and len(groups) >= req.top_k:
-            dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
-                            "reason": "top_k", "fused": h["fused"]})
+            if explain:
+                dropped.append({"turn_no": h["turn_no"], "note_id": nid, "reason": "top_k",
+                                "fused": h["fused"]})
             continue
         who = h["speaker"] or h["role"]
-        if who not in who_tokens:
-            who_tokens[who] = estimate_tokens(f"{who}:")
-        if budget.total - budget.used < who_tokens[who] + 2:  # not even a one-token quote fits
-            dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"], "reason": "budget",
-                            "fused": h["fused"]})
+        who_cost = who_tokens.get(who)
+        if who_cost is None:
+            who_cost = who_tokens[who] = estimate_tokens(f"{who}:")
+        if left < who_cost + 2:  # not even a one-token quote fits
+            if explain:
+                dropped.append({"turn_no": h["turn_no"], "note_id": nid, "reason": "budget",
+                                "fused": h["fused"]})
             continue
         memo = index.quotes.get((h["row"], h["best_sentence"]))
         if memo is None:
@@ -534,47 +543,53 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             memo = _quote_text(row, h, index)
             index.remember_quote((r, h["best_sentence"]), *memo)
         text, text_tokens = memo
-        cost = who_tokens[who] + text_tokens + 1  # the estimate is additive over these pieces
-        if group is None:
-            if h["note_id"] is not None:
-                hdr = index.notes[h["note_id"]]
-            else:
-                hdr = {"note_id": None, "label": "not yet summarised", "start_turn": h["turn_no"],
-                       "end_turn": h["turn_no"], "start_ts": h["ts"], "end_ts": h["ts"]}
-            group = {**hdr, "quotes": []}
-            if indexes is not None:
-                group["session_id"] = h["session_id"]
-        day = h["ts"].date() if indexes is None else (h["ts"].date(), h["session_id"])
+        cost = who_cost + text_tokens + 1  # the estimate is additive over these pieces
+        ts = h["ts"]
+        day = ts.date() if not scoped else (ts.date(), h["session_id"])
         if day not in days:  # quotes are shown under one date line per day (and session)
-            cost += 1 + (DAY_HEADER_TOKENS if indexes is None else _session_day_tokens(
-                h["ts"].date(), chats.get(h["session_id"], 0)))
-        elif len(group["quotes"]) >= QUOTES_PER_NOTE:
-            dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"],
-                            "reason": "quotes_per_note", "fused": h["fused"]})
+            cost += 1 + (DAY_HEADER_TOKENS if not scoped else _session_day_tokens(
+                ts.date(), chats.get(h["session_id"], 0)))
+        elif group is not None and len(group["quotes"]) >= QUOTES_PER_NOTE:
+            if explain:
+                dropped.append({"turn_no": h["turn_no"], "note_id": nid,
+                                "reason": "quotes_per_note", "fused": h["fused"]})
             continue
         extra = 0 if memory_paid else memory_overhead
         if not budget.take("notes", cost + extra):
-            dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"], "reason": "budget",
-                            "fused": h["fused"]})
+            if explain:
+                dropped.append({"turn_no": h["turn_no"], "note_id": nid, "reason": "budget",
+                                "fused": h["fused"]})
             continue
         if extra:
             budget.split["notes"] -= extra
             budget.split["overhead"] += extra
             memory_paid = True
+        if group is None:
+            if nid is not None:
+                hdr = index.notes[nid]
+            else:
+                hdr = {"note_id": None, "label": "not yet summarised", "start_turn": h["turn_no"],
+                       "end_turn": h["turn_no"], "start_ts": ts, "end_ts": ts}
+            group = groups[key] = {**hdr, "quotes": []}
+            if scoped:
+                group["session_id"] = h["session_id"]
         days.add(day)
-        groups[key] = group
-        quote = {**{k: h[k] for k in ("turn_no", "dense", "bm25", "recency", "fused", "rank")},
-                 "speaker": who, "text": text, "line": f"{who}: {text}", "ts": h["ts"]}
-        if indexes is not None:
+        quote = {"turn_no": h["turn_no"], "dense": h["dense"], "bm25": h["bm25"],
+                 "recency": h["recency"], "fused": h["fused"], "rank": h["rank"],
+                 "speaker": who, "text": text, "line": f"{who}: {text}", "ts": ts}
+        if scoped:
             quote.update(session_id=h["session_id"], pos=h["pos"],
                          chat=chats.get(h["session_id"], 0))
         group["quotes"].append(quote)
-    order = "turn_no" if indexes is None else "pos"
+    order = "turn_no" if not scoped else "pos"
     for g in groups.values():
         g["quotes"].sort(key=lambda q: q[order])
-    chosen = sorted(groups.values(), key=lambda g: g["start_turn"] if indexes is None else
+    chosen = sorted(groups.values(), key=lambda g: g["start_turn"] if not scoped else
                     g["quotes"][0]["pos"])
     return chosen, dropped, memory_paid
+
+
+_LEAST_QUOTE = 3  # tokens of the cheapest quote line: a speaker, one token of text, a newline
 
 
 def _overview(store: Store, sid: str, budget: _Budget, memory_paid: bool, memory_overhead: int

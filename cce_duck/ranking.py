@@ -174,7 +174,7 @@ def bm25_scores(n_terms: np.ndarray, postings: Iterable[tuple[float, np.ndarray,
             continue
         idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
         tf = tf.astype(np.float64)
-        np.add.at(out, rows, weight * idf * tf * (k1 + 1) / (tf + norm[rows]))
+        out[rows] += weight * idf * tf * (k1 + 1) / (tf + norm[rows])  # (a turn once per term)
     return out
 
 
@@ -216,6 +216,14 @@ def named_speakers(query_terms: Iterable[str], speaker_terms: Mapping[str, Seque
     return {sp for sp, ts in speaker_terms.items() if ts and asked.issuperset(ts)}
 
 
+def _positions_of(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Position in ``values`` (distinct integers) of each of ``wanted``, -1 where absent."""
+    order = np.argsort(values, kind="stable")
+    at = np.minimum(np.searchsorted(values, wanted, sorter=order), len(values) - 1)
+    found = order[at]
+    return np.where(values[found] == wanted, found, -1)
+
+
 def conversation_scores(fused: np.ndarray, turn_no: np.ndarray, asks: np.ndarray,
                         other: np.ndarray, n_terms: np.ndarray) -> np.ndarray:
     """Conversation score of each listed hit (step 5 of the module docstring).
@@ -226,8 +234,7 @@ def conversation_scores(fused: np.ndarray, turn_no: np.ndarray, asks: np.ndarray
     s = spec()
     score = fused.astype(np.float64).copy()
     if len(turn_no):
-        at = {int(t): i for i, t in enumerate(turn_no)}
-        prev = np.array([at.get(int(t) - 1, -1) for t in turn_no], dtype=np.int64)
+        prev = _positions_of(turn_no, turn_no - 1)
         reply = (prev >= 0) & asks[np.maximum(prev, 0)]
         score = np.where(reply, score + s.reply_share * fused[np.maximum(prev, 0)], score)
     score = np.where(other, score * s.other_speaker, score)
@@ -261,7 +268,12 @@ def rank(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.n
         return Ranked(order, fused[order], None)
     nxt = order[(order + 1 < len(turn_no)) & asks[order]] + 1
     nxt = nxt[turn_no[nxt] == turn_no[nxt - 1] + 1]
-    order = np.concatenate([order, np.setdiff1d(nxt, order)])
+    if len(nxt):  # the replies not listed yet, ascending and once each (as setdiff1d gives)
+        listed = np.zeros(len(turn_no), dtype=bool)
+        listed[order] = True
+        extra = np.zeros(len(turn_no), dtype=bool)
+        extra[nxt] = True
+        order = np.concatenate([order, np.flatnonzero(extra & ~listed)])
     score = conversation_scores(fused[order], turn_no[order], asks[order], other[order],
                                 n_terms[order].astype(np.float64))
     final = np.lexsort((-turn_no[order], -score))

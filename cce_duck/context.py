@@ -513,19 +513,28 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
     who_tokens: dict[str, int] = {}
     days: set[Any] = set()
     scoped = indexes is not None
+    total, used, spent = budget.total, budget.used, 0  # (written back to the budget below)
+    top_k = req.top_k
+    memo = index.quotes
+
+    def drop(h: dict[str, Any], reason: str) -> None:
+        dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"], "reason": reason,
+                        "fused": h["fused"]})
+
     for h in hits:
-        left = budget.total - budget.used
+        left = total - used
         if left < _LEAST_QUOTE and not explain:
             break  # every quote costs at least its speaker (1 token or more), 1 of text and 1
+        sid_h: str = h["session_id"] if scoped else ""
         if indexes is not None:
-            index = indexes[h["session_id"]]
+            index = indexes[sid_h]
+            memo = index.quotes
         nid = h["note_id"]
-        key = (h.get("session_id"), nid, None if nid is not None else h["turn_no"])
+        key = (sid_h, nid, None if nid is not None else h["turn_no"])  # (note, or lone turn)
         group = groups.get(key)
-        if group is None and len(groups) >= req.top_k:
+        if group is None and len(groups) >= top_k:
             if explain:
-                dropped.append({"turn_no": h["turn_no"], "note_id": nid, "reason": "top_k",
-                                "fused": h["fused"]})
+                drop(h, "top_k")
             continue
         who = h["speaker"] or h["role"]
         who_cost = who_tokens.get(who)
@@ -533,35 +542,35 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             who_cost = who_tokens[who] = estimate_tokens(f"{who}:")
         if left < who_cost + 2:  # not even a one-token quote fits
             if explain:
-                dropped.append({"turn_no": h["turn_no"], "note_id": nid, "reason": "budget",
-                                "fused": h["fused"]})
+                drop(h, "budget")
             continue
-        memo = index.quotes.get((h["row"], h["best_sentence"]))
-        if memo is None:
-            r = h["row"]
-            row = {"content": index.content[r], "micro": index.micro[r], "tokens": index.tokens[r]}
-            memo = _quote_text(row, h, index)
-            index.remember_quote((r, h["best_sentence"]), *memo)
-        text, text_tokens = memo
+        row, best = h["row"], h["best_sentence"]
+        quoted = memo.get((row, best))
+        if quoted is None:
+            quoted = _quote_text({"content": index.content[row], "micro": index.micro[row],
+                                  "tokens": index.tokens[row]}, h, index)
+            index.remember_quote((row, best), *quoted)
+        text, text_tokens = quoted
         cost = who_cost + text_tokens + 1  # the estimate is additive over these pieces
+        if cost > left and not explain:  # (a day line or the memory block only add to it)
+            continue
         ts = h["ts"]
-        day = ts.date() if not scoped else (ts.date(), h["session_id"])
+        day = ts.date() if not scoped else (ts.date(), sid_h)
         if day not in days:  # quotes are shown under one date line per day (and session)
             cost += 1 + (DAY_HEADER_TOKENS if not scoped else _session_day_tokens(
-                ts.date(), chats.get(h["session_id"], 0)))
+                ts.date(), chats.get(sid_h, 0)))
         elif group is not None and len(group["quotes"]) >= QUOTES_PER_NOTE:
             if explain:
-                dropped.append({"turn_no": h["turn_no"], "note_id": nid,
-                                "reason": "quotes_per_note", "fused": h["fused"]})
+                drop(h, "quotes_per_note")
             continue
         extra = 0 if memory_paid else memory_overhead
-        if not budget.take("notes", cost + extra):
+        if cost + extra > left:
             if explain:
-                dropped.append({"turn_no": h["turn_no"], "note_id": nid, "reason": "budget",
-                                "fused": h["fused"]})
+                drop(h, "budget")
             continue
+        used += cost + extra
+        spent += cost
         if extra:
-            budget.split["notes"] -= extra
             budget.split["overhead"] += extra
             memory_paid = True
         if group is None:
@@ -572,15 +581,16 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
                        "end_turn": h["turn_no"], "start_ts": ts, "end_ts": ts}
             group = groups[key] = {**hdr, "quotes": []}
             if scoped:
-                group["session_id"] = h["session_id"]
+                group["session_id"] = sid_h
         days.add(day)
         quote = {"turn_no": h["turn_no"], "dense": h["dense"], "bm25": h["bm25"],
                  "recency": h["recency"], "fused": h["fused"], "rank": h["rank"],
                  "speaker": who, "text": text, "line": f"{who}: {text}", "ts": ts}
         if scoped:
-            quote.update(session_id=h["session_id"], pos=h["pos"],
-                         chat=chats.get(h["session_id"], 0))
+            quote.update(session_id=sid_h, pos=h["pos"], chat=chats.get(sid_h, 0))
         group["quotes"].append(quote)
+    budget.used = used
+    budget.split["notes"] += spent
     order = "turn_no" if not scoped else "pos"
     for g in groups.values():
         g["quotes"].sort(key=lambda q: q[order])

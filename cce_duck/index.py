@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import re
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +43,7 @@ from threadpoolctl import ThreadpoolController
 from cce_duck import ranking
 from cce_duck.embedders.base import Matrix
 from cce_duck.errors import NotFoundError
-from cce_duck.rows import Flushed, quantize
+from cce_duck.rows import Flushed, quantized
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, query_terms
@@ -135,6 +136,44 @@ def _none_below_zero(values: np.ndarray) -> list[int | None]:
     return listed
 
 
+_room_lock = threading.Lock()
+_room_used: dict[int, int] = {}  # id of a buffer made by _appended -> rows used (while it lives)
+
+
+def _appended(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``a`` with ``rows`` after it (a session's vectors as a write extends them).
+
+    The result is a view of a buffer with room to spare: when ``a`` is the longest view of its
+    buffer, the rows go into that room and nothing is copied (the rows ``a`` shows never
+    change, so whoever still reads ``a`` is not affected); otherwise (another extension of the
+    same rows took the room first, or ``a`` is not such a view) a new buffer is made, half as
+    large again. Copying a session's vectors on every message cost more than the rest of the
+    extension."""
+    n, m = len(a), len(rows)
+    base = a.base
+    if isinstance(base, np.ndarray) and a.flags.c_contiguous and base.flags.c_contiguous and (
+            a.ctypes.data == base.ctypes.data):
+        with _room_lock:
+            if _room_used.get(id(base)) == n and len(base) >= n + m:
+                base[n : n + m] = rows
+                _room_used[id(base)] = n + m
+                return base[: n + m]
+    buf = np.empty((n + m + max(64, (n + m) // 2), *a.shape[1:]), dtype=a.dtype)
+    buf[:n] = a
+    buf[n : n + m] = rows
+    with _room_lock:
+        _room_used[id(buf)] = n + m
+    weakref.finalize(buf, _room_used.pop, id(buf), None)
+    return buf[: n + m]
+
+
+def _held_bytes(a: np.ndarray) -> int:
+    """Bytes of ``a``, or of the whole buffer it is a growing view of (:func:`_appended`)."""
+    base = a.base
+    return int(base.nbytes) if isinstance(base, np.ndarray) and id(base) in _room_used else int(
+        a.nbytes)
+
+
 def _in_order(major: np.ndarray, minor: np.ndarray | None = None) -> bool:
     """Rows already ascending by ``major`` (then ``minor``): an unordered scan of rows written in
     order mostly returns them so, and then no sort is needed."""
@@ -183,13 +222,13 @@ class SessionIndex:
     def base_bytes(self) -> int:
         """Approximate memory held by what was loaded."""
         arrays = (self.turn_no, self.ts, self.n_terms, self.tokens, self.note_id, self.asks,
-                  self.mvec,
-                  self.s_row, self.s_no, self.s_start, self.s_end, self.svec, self.p_offsets,
+                  self.s_row, self.s_no, self.s_start, self.s_end, self.p_offsets,
                   self.p_row, self.p_tf)
         text = sum(len(t) for t in self.pins) + sum(
             len(r["content"]) + 200 for r in self.uncompressed) + sum(
             len(t) + 50 for t in self.content if t) + sum(len(t) + 50 for t in self.micro if t)
-        return int(sum(a.nbytes for a in arrays) + self.vocab.nbytes + 16 * len(self.role)
+        return int(sum(a.nbytes for a in arrays) + _held_bytes(self.mvec) + _held_bytes(self.svec)
+                   + self.vocab.nbytes + 16 * len(self.role)
                    + 300 * len(self.notes) + text)
 
     @property
@@ -363,9 +402,7 @@ class SessionIndex:
                 turn_no: np.ndarray) -> None:
         """Append the rows of ``turns`` (the flush's rows at ``new``) to every array."""
         stored = flushed.rows
-        dim = self.mvec.shape[1]
-        self.mvec = np.concatenate([self.mvec, _int8_matrix(
-            quantize(np.vstack([stored.mvec[i] for i in new])), dim)])
+        self.mvec = _appended(self.mvec, quantized(np.vstack([stored.mvec[i] for i in new])))
         self.turn_no = turn_no
         self.ts = np.concatenate([self.ts, pa.array([t["ts"] for t in turns], pa.timestamp("us"))
                                   .to_numpy(zero_copy_only=False).astype("datetime64[us]")])
@@ -399,14 +436,14 @@ class SessionIndex:
                 parts.append(mat)
                 srows.extend(rows_of_turn)
         if parts:
-            sv = _int8_matrix(quantize(np.vstack(parts)), dim)
+            sv = quantized(np.vstack(parts))
             self.s_row = np.concatenate([self.s_row, np.searchsorted(
                 turn_no, np.array([r[1] for r in srows], dtype=np.int64))])
             self.s_no = np.concatenate([self.s_no, np.array([r[2] for r in srows], np.int64)])
             self.s_start = np.concatenate([self.s_start, np.array([r[3] for r in srows],
                                                                   np.int64)])
             self.s_end = np.concatenate([self.s_end, np.array([r[4] for r in srows], np.int64)])
-            self.svec = np.concatenate([self.svec, sv])
+            self.svec = _appended(self.svec, sv)
         if post:
             self._add_postings(post, turn_no)
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from cce_duck.store import Store
 
 __all__ = ["TURN_SCHEMA", "Flushed", "TextAnalysis", "TurnRows", "analyse_text", "content_hash", "quantize",
-           "registered", "run_with", "vectors_of"]
+           "quantized", "registered", "run_with", "vectors_of"]
 
 #: The Arrow schema of rows for ``insert_turns`` (the columns of ``turns``).
 TURN_SCHEMA = pa.schema([
@@ -63,11 +63,17 @@ def content_hash(role: str, text: str) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
-def quantize(mat: Matrix) -> pa.FixedSizeListArray:
-    """Unit vectors as int8 fixed-size lists (the ranking specification's ``vector_scale``
-    times, rounded and clipped to that scale): a quarter of float32's bytes."""
+def quantized(mat: Matrix) -> np.ndarray:
+    """Unit vectors as an int8 matrix: the ranking specification's ``vector_scale`` times,
+    rounded and clipped to that scale (a quarter of float32's bytes)."""
     scale = ranking.spec().vector_scale
-    q = np.clip(np.rint(mat * float(scale)), -scale, scale).astype(np.int8)
+    out: np.ndarray = np.clip(np.rint(mat * float(scale)), -scale, scale).astype(np.int8)
+    return out
+
+
+def quantize(mat: Matrix) -> pa.FixedSizeListArray:
+    """:func:`quantized` vectors as int8 fixed-size lists (the stored column)."""
+    q = quantized(mat)
     return pa.FixedSizeListArray.from_arrays(pa.array(q.ravel(), pa.int8()), mat.shape[1])
 
 

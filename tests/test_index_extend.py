@@ -210,3 +210,47 @@ def test_journaled_messages_reach_the_tables_without_another_call(tmp_path: Path
         assert flusher is not None
         assert flusher.is_alive()
     assert not flusher.is_alive()
+
+
+def test_vectors_grow_in_place_without_changing_what_readers_hold() -> None:
+    """An extension appends into spare room of the vectors' buffer; an index taken before keeps
+    its rows, and a second extension of the same rows (a copy another thread extended first)
+    gets a buffer of its own instead of writing over the first one's rows."""
+    from cce_duck.index import _appended, _held_bytes
+
+    old = np.arange(12, dtype=np.int8).reshape(3, 4)
+    first = _appended(old, np.full((2, 4), 7, np.int8))
+    assert first.base is not None
+    assert _held_bytes(first) > first.nbytes
+    grown = _appended(first, np.full((1, 4), 8, np.int8))
+    assert grown.base is first.base  # in place: nothing copied
+    other = _appended(first, np.full((1, 4), 9, np.int8))  # the same rows, extended again
+    assert other.base is not first.base
+    assert grown[-1].tolist() == [8] * 4
+    assert other[-1].tolist() == [9] * 4
+    assert first.shape == (5, 4)
+    assert first[3:].tolist() == [[7] * 4] * 2
+    assert old.tolist() == np.arange(12).reshape(3, 4).tolist()
+    assert np.array_equal(grown[:5], first)
+    assert np.array_equal(other[:5], first)
+
+
+def test_an_index_extended_twice_equals_one_loaded(tmp_path: Path) -> None:
+    """Many messages taken in one by one (the vectors growing in place) give the vectors, texts
+    and postings a load from the tables gives."""
+    eng = Engine(data_dir=tmp_path / "d", embedder="hash")
+    for i in range(40):
+        eng.add_message("s", "user" if i % 2 else "assistant",
+                        f"Turn {i} is about the kettle number {i}. It sits on shelf {i % 7}.")
+        eng.context("s", f"where is kettle {i}?")
+    eng.flush()
+    eng.context("s", "kettle")
+    extended = eng.index.current(eng.store, "s")
+    assert extended is not None
+    assert eng.index.extensions > 0
+    with eng.store.reading():
+        loaded = SessionIndex.load(eng.store, "s", extended.key, one_connection=True)
+    assert np.array_equal(extended.mvec, loaded.mvec)
+    assert np.array_equal(extended.svec, loaded.svec)
+    assert extended.content == loaded.content
+    eng.close()

@@ -12,9 +12,10 @@ import os
 from typing import Any
 
 import duckdb
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_MAX_BODY",
     "BodyLimit",
     "Guard",
+    "JSONDocument",
     "error_response",
     "install_error_handlers",
     "presented_key",
@@ -46,6 +48,18 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (errors.SchemaError, 500, "schema_error"),
     (errors.StorageError, 507, "storage_error"),
 ]
+
+
+class JSONDocument(Response):
+    """A JSON-ready document (plain dicts, lists, strings, numbers: what the library's
+    ``to_dict`` forms give) encoded by orjson. A route that returns one skips FastAPI's
+    validation and encoding of its result against the declared ``response_model`` (the
+    document is JSON already): half of the time a context request spends in the event loop."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
 
 
 def error_response(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
@@ -20,7 +20,13 @@ from cce_duck.messages import validate_session_id
 from cce_duck.server import manage_routes
 from cce_duck.server.access import check_answering_session, writing_user
 from cce_duck.server.deps import G, Sid, Uid, Who, frame_rows
-from cce_duck.server.http import BodyLimit, Guard, error_response, install_error_handlers
+from cce_duck.server.http import (
+    BodyLimit,
+    Guard,
+    JSONDocument,
+    error_response,
+    install_error_handlers,
+)
 from cce_duck.server.keys import KeyRing
 from cce_duck.server.models import (
     CompressIn,
@@ -55,35 +61,36 @@ def list_sessions(g: G, who: Who, user_id: Annotated[str | None, Query(max_lengt
     return {"sessions": [r for r in rows if who.allows(str(r["session_id"]), r["user_id"])]}
 
 
-@router.post("/sessions/{session_id}/messages", tags=["sessions"])
-def add_messages(session_id: str, body: MessagesIn, g: G, who: Who) -> dict[str, Any]:
+@router.post("/sessions/{session_id}/messages", tags=["sessions"], response_model=dict[str, Any])
+def add_messages(session_id: str, body: MessagesIn, g: G, who: Who) -> Response:
     """Append messages to a session (created on first use); returns their turn numbers. A key
     limited to users creates only sessions bound to one of its users (``user_id``, or the key's
     only user)."""
     sid = validate_session_id(session_id)
     uid = writing_user(who, g, sid, body.user_id)
     msgs = [m.model_dump(exclude_none=True) for m in body.messages]
-    return {"session_id": sid, "turns": g.call(g.engine.add_messages, sid, msgs, user_id=uid)}
+    return JSONDocument({"session_id": sid,
+                         "turns": g.call(g.engine.add_messages, sid, msgs, user_id=uid)})
 
 
-@router.post("/sessions/{session_id}/context", tags=["sessions"])
-def context(sid: Sid, body: ContextIn, g: G) -> dict[str, Any]:
+@router.post("/sessions/{session_id}/context", tags=["sessions"], response_model=dict[str, Any])
+def context(sid: Sid, body: ContextIn, g: G) -> Response:
     """The token-capped context for the question about to be asked."""
     payload = g.read(g.engine.context, sid, body.query, max_tokens=body.max_tokens,
                      top_k=body.top_k, since=body.since, until=body.until,
                      last_turns=body.last_turns, explain=body.explain)
-    return payload.to_dict()
+    return JSONDocument(payload.to_dict())
 
 
-@router.post("/users/{user_id}/context", tags=["users"])
-def user_context(user_id: Uid, body: UserContextIn, g: G, who: Who) -> dict[str, Any]:
+@router.post("/users/{user_id}/context", tags=["users"], response_model=dict[str, Any])
+def user_context(user_id: Uid, body: UserContextIn, g: G, who: Who) -> Response:
     """The token-capped context across every session of a user (404 for an unknown user, 409
     for a ``session_id`` of another user; 403 for a key outside the user or that session)."""
     check_answering_session(who, g, user_id, body.session_id)
     payload = g.read(g.engine.user_context, user_id, body.query, session_id=body.session_id,
                      max_tokens=body.max_tokens, top_k=body.top_k, since=body.since,
                      until=body.until, explain=body.explain)
-    return {"user_id": user_id, **payload.to_dict()}
+    return JSONDocument({"user_id": user_id, **payload.to_dict()})
 
 
 @router.post("/sessions/{session_id}/search", tags=["sessions"])

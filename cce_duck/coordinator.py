@@ -97,14 +97,15 @@ class Coordinator:
         for sid in session_ids:
             self.leases.release(sid)
 
-    def stamp(self, con: Any, sessions: Iterable[str] | None) -> None:
+    def stamp(self, con: Any, sessions: Iterable[str] | None,
+              info: dict[str, Any] | None = None) -> None:
         """Before ``COMMIT``: check that the leases this process holds among ``sessions`` (those
         whose messages it numbered) are still held, and stamp the commit with ``sessions``
-        (``None``: a commit that may change anything)."""
+        (``None``: a commit that may change anything) and ``info``."""
         if sessions is not None:
             sessions = sorted(set(sessions))
             self.leases.check(set(sessions) & self.leases.held())
-        author, message, extra = self.feed.stamp(sessions)
+        author, message, extra = self.feed.stamp(sessions, info)
         con.execute(query("stamp_commit", "lake.sql"),
                     {"author": author, "message": message, "extra": extra})
 

@@ -53,6 +53,8 @@ __all__ = ["Hit", "IndexCache", "JoinedIndex", "SessionIndex", "retrieve_across"
 Hit = dict[str, Any]
 TopicRule = Callable[[list[TopicTurn], Matrix], list[list[int]]]
 #: Compresses closed topics in memory: (turns, their tokens, vectors, topics) -> what to take in
+#: Derives the rows of stored turns that have none yet: (message vectors, sentences, postings).
+Derive = Callable[[pa.Table], tuple[pa.Table, pa.Table, pa.Table]]
 NotePlan = Callable[[list[TopicTurn], list[int], Matrix, list[list[int]]], Flushed | None]
 _ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
 
@@ -224,18 +226,32 @@ class SessionIndex:
             pins = [t for _, t in sorted(store.q("pin_texts", {"sid": sid}).fetchall())]
         finally:
             sents, post = side.result()  # (also waited for when the reads above fail)
-        return cls.from_tables(key, store.dim, turns, mv, sents, post, notes, pins)
+        return cls.from_tables(key, store.dim, turns, mv, sents, post, notes, pins,
+                               derive=store.derive_missing)
 
     @classmethod
     def from_tables(cls, key: tuple[Any, ...], dim: int, turns: pa.Table, mv: pa.Table,
                     sents: pa.Table, post: pa.Table, notes: dict[int, dict[str, Any]],
-                    pins: list[str]) -> SessionIndex:
-        """The index of one session from its rows of the ``index_*`` queries (in any order)."""
+                    pins: list[str], *, derive: Derive | None = None) -> SessionIndex:
+        """The index of one session from its rows of the ``index_*`` queries (in any order).
+
+        Turns without a message vector are left out, unless ``derive`` (on a lake) gives their
+        derived rows: a message is acknowledged there before its derived rows are committed
+        (see :mod:`cce_duck.backlog`), and a read serves it at once."""
         if not _in_order(turns.column("turn_no").to_numpy()):
             turns = turns.take(np.argsort(turns.column("turn_no").to_numpy(), kind="stable"))
         mv_turn = mv.column("turn_no").to_numpy().astype(np.int64)
         turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
+        if len(turn_no):  # the session's counter may lag its last stored turn on a lake
+            key = (*key[:1], max(int(key[1]), int(turn_no[-1]) + 1), *key[2:])
         if len(mv_turn) != len(turn_no) or not np.isin(turn_no, mv_turn).all():
+            missing = ~np.isin(turn_no, mv_turn)
+            if derive is not None:
+                extra = derive(turns.filter(pa.array(missing & np.array(
+                    [c is not None for c in turns.column("content").to_pylist()]))))
+                mv, sents, post = (pa.concat_tables([old, new.cast(old.schema)])
+                                   for old, new in zip((mv, sents, post), extra, strict=True))
+                mv_turn = mv.column("turn_no").to_numpy().astype(np.int64)
             turns = turns.filter(pa.array(np.isin(turn_no, mv_turn)))  # vectorless rows: skip
             turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
         if np.array_equal(mv_turn, turn_no):  # the usual case: same rows, same order
@@ -770,7 +786,7 @@ def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, Sessi
     table (``sql/user_index.sql``), each one what :meth:`SessionIndex.load` gives: for a
     user's thousand sessions, a few large reads instead of six small ones per session."""
     params = {"sids": list(keys)}
-    if store.connection is not store.con:  # a reading thread: its snapshot, its cursor
+    if store.connection is not store.con or store.lake is not None:  # one snapshot
         side: Any = _Done(_side_tables_many(store.connection, params))
     else:
         side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
@@ -791,7 +807,7 @@ def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, Sessi
     for sid, key in keys.items():
         t, m, se, po = (rows.get(sid, none) for rows, none in tables)
         out[sid] = SessionIndex.from_tables(key, store.dim, t, m, se, po, notes.get(sid, {}),
-                                            pins.get(sid, []))
+                                            pins.get(sid, []), derive=store.derive_missing)
     return out
 
 
@@ -878,7 +894,8 @@ class IndexCache:
             if idx is not None and idx.key == key and self._generation.get(sid) == generation:
                 self._items.move_to_end(sid)
                 return idx
-        idx = SessionIndex.load(store, sid, key, one_connection=store.connection is not store.con)
+        idx = SessionIndex.load(store, sid, key, one_connection=store.connection is not store.con
+                                or store.lake is not None)
         with self._lock:
             self.loads += 1
             if self._generation.get(sid, -1) <= generation:
@@ -924,7 +941,7 @@ class IndexCache:
         """The indexes of ``sids`` (a user's sessions): those not current are loaded together
         (:func:`load_many`). Raises :class:`~cce_duck.errors.NotFoundError` for a session not
         stored."""
-        with self._lock, store.snapshot():
+        with store.snapshot(), self._lock:  # (a lake's snapshot takes the write lock: first)
             out = {sid: idx for sid in sids if (idx := self.current(store, sid)) is not None}
             todo = [sid for sid in sids if sid not in out]
             if todo:

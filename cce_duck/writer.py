@@ -1,5 +1,8 @@
 """The write path: journal every message as it arrives, then store batches in one transaction.
 
+(On a lake there is no journal: a message is acknowledged once its turn row is committed, and
+what is derived from it follows in a later commit; see :mod:`cce_duck.backlog`.)
+
 A DuckDB commit costs about a millisecond however small it is, so a message is first appended
 to ``journal.jsonl`` in the data folder (:mod:`cce_duck.journal`: synced to disk before the call
 returns unless ``durability="os"``) and reaches the tables in batches: every ``flush_every``
@@ -22,10 +25,12 @@ from contextlib import nullcontext, suppress
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from cce_duck import clock, topics
+from cce_duck import backlog, clock, ranking, topics
 from cce_duck.allocator import release_free_memory
+from cce_duck.backlog import Backlog, Waiting
 from cce_duck.config import Config
 from cce_duck.derived import write_notes
 from cce_duck.embedders.base import Matrix
@@ -34,7 +39,7 @@ from cce_duck.folder import JOURNAL_FILE
 from cce_duck.groupcommit import GroupCommit
 from cce_duck.journal import Journal
 from cce_duck.messages import Message
-from cce_duck.rows import Flushed, TurnRows, content_hash, registered, vectors_of
+from cce_duck.rows import Flushed, TurnRows, content_hash, int8_rows, registered, vectors_of
 from cce_duck.store import Store, WriteLock
 from cce_duck.summariser import FreshNote, Summariser
 from cce_duck.text import estimate_tokens
@@ -45,6 +50,8 @@ RETRY_S = 1.0  # while the folder fails, a write retries the tables at most this
 FLUSH_AFTER_S = 2.0  # journaled messages a context served from memory reach the tables this soon
 DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need them only when a
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
+LAKE_DF_SESSIONS = 16  # the same on a lake, where a query is a round of catalog reads
+LAKE_ID_SESSIONS = 64  # sessions whose client message ids a lake writer keeps in memory
 
 
 class Writer:
@@ -91,8 +98,19 @@ class Writer:
         self.group = GroupCommit()
         #: (ticket, session) of every lake write whose session lease waits for its commit.
         self._leased: list[tuple[int, str]] = []
-        #: session -> the turn count before which no lake flush can compress anything
-        self._quiet: dict[str, int] = {}
+        #: On a lake: derived rows of acknowledged turns, until their own commit.
+        self.backlog = Backlog(config.derive_after_s)
+        #: Sessions this process knows have no row in ``sessions`` yet (a lake's
+        #: acknowledgement commit creates them).
+        self._new: set[str] = set()
+        #: On a lake: the stored client message ids of recently written sessions (a lookup
+        #: would otherwise read the lake for every message that carries one).
+        self._id_cache: OrderedDict[str, dict[str, tuple[int, str, int]]] = OrderedDict()
+        if self._lake:
+            store.derive_missing = lambda turns: backlog.derived_tables(
+                store.embedder, config, turns)
+            if not store.read_only:
+                self._start_flusher()  # (looks for turns left without derived rows at once)
         if store.data_dir is not None and not store.read_only:
             self.journal = Journal(store.data_dir / JOURNAL_FILE, store.journal_codec,
                                    config.durability)
@@ -117,6 +135,10 @@ class Writer:
             row = self.store.q("session_row", {"sid": session_id}).fetchone()
             self._next[session_id] = int(row[2]) if row else 0
             self._users[session_id] = row[5] if row else None
+            if row is None:
+                self._new.add(session_id)
+            else:
+                self._new.discard(session_id)
             if row and row[1] == "closed":
                 self._closed.add(session_id)
         return self._next[session_id]
@@ -130,10 +152,11 @@ class Writer:
 
     def reopen(self, session_id: str) -> None:
         """Forget the cached 'closed' state of a session (after the tables changed)."""
-        self._quiet.pop(session_id, None)
         self._closed.discard(session_id)
         self._next.pop(session_id, None)
         self._users.pop(session_id, None)
+        self._new.discard(session_id)
+        self._id_cache.pop(session_id, None)
 
     def user_of(self, session_id: str) -> str | None:
         """The user the session is bound to (``None``: none, or no such session)."""
@@ -248,10 +271,36 @@ class Writer:
     def _start_flusher(self) -> None:
         if (self._flusher is None or not self._flusher.is_alive()) and not self._stop.is_set():
             # (not alive: in a process forked from the one that started it)
-            self._flusher = threading.Thread(target=self._flush_when_due, daemon=True,
-                                             name="cce-flusher")
+            self._flusher = threading.Thread(
+                target=self._derive_when_due if self._lake else self._flush_when_due,
+                daemon=True, name="cce-deriver" if self._lake else "cce-flusher")
             self._flusher.start()
         self._due.set()
+
+    def _derive_when_due(self) -> None:
+        """On a lake, in a thread of its own: commit the derived rows of acknowledged turns
+        when they are due (:meth:`Backlog.due_in`), under the write lock like any flush; first
+        look once for turns another process left without derived rows. A commit that fails
+        is tried again after ``RETRY_S`` (the rows wait meanwhile; a read that needs them
+        raises its error)."""
+        while True:
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                wait = self.backlog.due_in()
+                if wait is not None and wait <= 0:
+                    try:
+                        self._derive_now()
+                    except Exception:  # (kept: the next commit, or a read, stores them)
+                        wait = RETRY_S
+                    else:
+                        continue
+                if wait is None:
+                    self._due.clear()  # (under the lock: an acknowledgement sets it again)
+            if wait is None:
+                self._due.wait()
+            else:
+                self._stop.wait(wait)
 
     def _flush_when_due(self) -> None:
         """The batch by time, in a thread of its own: journaled messages reach the tables
@@ -277,13 +326,24 @@ class Writer:
             else:
                 self._stop.wait(wait)
 
+    def _derive_now(self) -> None:
+        """A full flush on a cursor of its own (the caller's thread may be reading on the
+        store's connection meanwhile), holding the write lock."""
+        self.store.recover()  # (a failed store is reopened first: the cursor is of the new one)
+        cur = self.store.new_cursor()
+        try:
+            with self.store.bound(cur):
+                self.flush()
+        finally:
+            cur.close()
+
     def unstored(self, session_id: str) -> Flushed | None:
         """The rows of the journaled messages not in the tables yet, when they all belong to
         ``session_id`` and storing them would change nothing but add them (plain writes: raw
         text kept, no warm-tier cap, the store working); else ``None``. Their vectors are
         computed here once: the flush that stores them uses the same rows."""
         with self._lock:
-            if (not self._buffer or self.store.failure is not None
+            if (not self._buffer or self.store.failure is not None or self._lake
                     or self._recoveries != self.store.recoveries
                     or not self.config.keep_raw_turns or self.config.warm_tier_max_chunks
                     or any(s != session_id for s, _, _ in self._buffer)):
@@ -300,9 +360,10 @@ class Writer:
 
     def _flush_journaled(self) -> None:
         """Flush messages that are already safe in the journal: a storage failure leaves them
-        there (the next flush stores them) instead of failing the call that acknowledged them."""
+        there (the next flush stores them) instead of failing the call that acknowledged them.
+        (On a lake: commit the buffered turn rows; their derived rows follow later.)"""
         if self.journal is None:
-            self.flush()
+            self.flush(derived=False)
             return
         if self.store.failure is not None and time.monotonic() < self._retry_at:
             return  # failed a moment ago: reopening the database on every message is no use
@@ -322,7 +383,11 @@ class Writer:
         if self.journal is not None and ticket:
             self.journal.sync(ticket)
         elif self._lake and ticket:
-            self.group.wait(ticket, self.flush)
+            self.group.wait(ticket, self._commit_turns)
+
+    def _commit_turns(self) -> None:
+        """Commit the buffered messages' turn rows (a lake's acknowledgement)."""
+        self.flush(derived=False)
 
     @property
     def commits(self) -> int:
@@ -353,7 +418,10 @@ class Writer:
             return {}
         known = {i: self._ids[(sid, i)] for i in ids if (sid, i) in self._ids}
         rest = [i for i in ids if i not in known]
-        if rest:
+        if rest and self._lake:
+            stored = self._stored_ids(sid)
+            known.update({i: stored[i] for i in rest if i in stored})
+        elif rest:
             rows = self.store.q("turns_by_message_id", {"sid": sid, "ids": rest}).fetchall()
             known.update({str(r[0]): (int(r[1]), str(r[2]), int(r[3])) for r in rows})
         for m in messages:
@@ -363,6 +431,19 @@ class Writer:
                     f"message id {m.message_id!r} of session {sid!r} is turn {hit[0]}, stored "
                     "with other content; a retry must send the same message")
         return known
+
+    def _stored_ids(self, sid: str) -> dict[str, tuple[int, str, int]]:
+        """The client ids of the session's stored turns (on a lake: read once, then kept up to
+        date by this process's commits; dropped when another process writes the session)."""
+        ids = self._id_cache.get(sid)
+        if ids is None:
+            rows = self.store.q("session_message_ids", {"sid": sid}, source="lake.sql").fetchall()
+            ids = {str(r[0]): (int(r[1]), str(r[2]), int(r[3])) for r in rows}
+            self._id_cache[sid] = ids
+            while len(self._id_cache) > LAKE_ID_SESSIONS:
+                self._id_cache.popitem(last=False)
+        self._id_cache.move_to_end(sid)
+        return ids
 
     def _load_journal(self) -> None:
         """Put the journal's records that the tables do not hold yet into the buffer."""
@@ -395,9 +476,10 @@ class Writer:
                 f"{self.store.lake.describe() if self.store.lake else 'the lake'} failed before "
                 "these messages were committed; nothing of this call was stored, retry it"))
         self._next.clear()
-        self._quiet.clear()
         self._closed.clear()
         self._users.clear()
+        self._new.clear()
+        self._id_cache.clear()
         self._df.clear()
         self._buffer = []
         self._rows, self._rows_n = TurnRows(), 0
@@ -409,12 +491,14 @@ class Writer:
     # -- flushing -----------------------------------------------------------
 
     def flush(self, finish: set[str] | None = None, *, hot_too: bool = False,
-              counts: bool = False) -> None:
+              counts: bool = False, derived: bool = True) -> None:
         """Store every journaled message, compress what left the hot window, clear the journal.
 
         Sessions in ``finish`` also compress their open last topic (and with ``hot_too`` the hot
         window as well: used when a session is closed). Retrieval counts ride along with any
-        flush; ``counts`` stores them even when nothing else is waiting.
+        flush; ``counts`` stores them even when nothing else is waiting. On a lake the
+        derived rows of acknowledged turns are committed too (:mod:`cce_duck.backlog`), unless
+        ``derived`` is false: then only the buffered messages' turn rows are.
         """
         if self.store.coordinator is not None and not self._lock.held():
             # what other processes changed; never with the lock held (a refresh that found
@@ -422,17 +506,19 @@ class Writer:
             self.store.coordinator.refresh()
         with self._lock:
             try:
-                self._flush(finish, hot_too=hot_too, counts=counts)
+                self._flush(finish, hot_too=hot_too, counts=counts, derived=derived)
             finally:
                 self.store.writing = None
+                self.store.commit_info = None
 
-    def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
+    def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool,
+               derived: bool) -> None:
         if not self._lake:
             self._flush_tables(finish, hot_too=hot_too, counts=counts)
             return
         upto = self.group.cut()
         try:
-            self._flush_tables(finish, hot_too=hot_too, counts=counts)
+            self._flush_lake(finish or set(), hot_too=hot_too, counts=counts, derived=derived)
         except BaseException as exc:
             if self._buffer:  # never acknowledged: dropped, with what was derived from them
                 self._buffer = []
@@ -440,11 +526,155 @@ class Writer:
                 self._planned = []
                 self._ids.clear()
                 self._next.clear()
-                self._quiet.clear()
                 self._users.clear()
+                self._new.clear()
+                self._id_cache.clear()
                 self._settle(upto, exc)
             raise
         self._settle(upto)
+
+    def _flush_lake(self, finish: set[str], *, hot_too: bool, counts: bool,
+                    derived: bool) -> None:
+        """A lake's flush: the buffered messages' turn rows (with the ``sessions`` rows of new
+        sessions) and, when ``derived``, every derived row waiting in :attr:`backlog` with the
+        notes that compress pending turns, all in one transaction. Without ``derived`` the
+        turn rows alone are committed (an acknowledgement) and their derived rows wait."""
+        if self.store.failure is not None or self._recoveries != self.store.recoveries:
+            self._recover()
+        if derived and self.backlog.scan_due:  # once: turns another process left underived
+            self.backlog.adopt(backlog.underived_sessions(self.store))
+            self.backlog.scan_due = False
+        work = derived and bool(self.backlog or finish or (counts and self._retrieved))
+        if not self._buffer and not work:
+            return
+        sessions, rows = self._prepare() if self._buffer else ({}, TurnRows())
+        new = sorted(s for s in sessions if s in self._new)
+        before = self.store.generation
+        self._fresh = []
+        self.flushed = Flushed(rows, dict(sessions), clock.now(),
+                               raw_dropped=not self.config.keep_raw_turns)
+        taken = self.backlog.take() if work else None
+        self.store.writing = set(sessions) | finish
+        self.store.commit_info = {"kind": "derived" if work else "ack"}
+        if rows.turns:
+            self.store.commit_info["turns"] = {sid: [min(t["turn_no"] for t in rows.turns
+                                                         if t["session_id"] == sid), n - 1]
+                                               for sid, n in sessions.items()}
+        touched: set[str] = set()
+        try:  # (the commit lock is taken inside: derived rows are checked against the lake)
+            with self.store.transaction() as con:
+                if rows.turns:
+                    if new:
+                        self._insert_sessions(con, sessions, new)
+                    rows.insert(self.store, derived=False)
+                if taken is not None:
+                    touched = self._derive(con, rows, sessions, taken, finish, hot_too=hot_too)
+        except BaseException:
+            if taken is not None:
+                for sid in taken.sessions | set(sessions) | finish:
+                    self.forget_stats(sid)  # (term statistics counted rolled-back rows)
+                self.backlog.restore(taken)
+            self._fresh = []
+            self.flushed = None
+            raise
+        self._new.difference_update(new)
+        for t in rows.turns:
+            ids = self._id_cache.get(t["session_id"]) if t["message_id"] is not None else None
+            if ids is not None:
+                ids[t["message_id"]] = (t["turn_no"], t["role"], t["content_hash"])
+        if rows.turns and taken is None:
+            self.backlog.add(rows, sessions)
+            self._start_flusher()
+        self._buffer = []
+        self._rows, self._rows_n = TurnRows(), 0
+        self._planned = []
+        self._ids.clear()
+        if len(rows.turns) >= self.config.flush_every:
+            release_free_memory()
+        try:
+            if self._fresh:
+                self._summarise()
+        finally:
+            if self.on_flush is not None:
+                self.on_flush(before, self.store.generation, set(sessions) | finish | touched)
+
+    def _insert_sessions(self, con: Any, sessions: dict[str, int], new: list[str]) -> None:
+        now = self.flushed.updated_at if self.flushed is not None else clock.now()
+        with registered(con, _b_sessions=pa.table({
+                "session_id": new, "created_at": [now] * len(new),
+                "updated_at": [now] * len(new),
+                "next_turn": pa.array([sessions[s] for s in new], pa.int32()),
+                "user_id": pa.array([self._users.get(s) for s in new], pa.string())})):
+            self.store.q("insert_sessions")
+
+    def _derive(self, con: Any, fresh: TurnRows, fresh_next: dict[str, int], taken: Waiting,
+                finish: set[str], *, hot_too: bool) -> set[str]:
+        """Inside a lake flush's transaction (holding the lake's commit lock): the derived rows
+        of the turns ``taken`` from the backlog and of ``fresh`` (turn rows this transaction
+        inserted), written only for turns stored unchanged and still without them; the turns of
+        those sessions that another process acknowledged without deriving them, once they left
+        the hot window (or all, for the sessions ``taken.adopt`` names); the sessions' counter
+        rows; retrieval counts; notes for pending turns. Returns the sessions it changed."""
+        cfg = self.config
+        cands: dict[tuple[str, int], tuple[TurnRows, int]] = {}
+        for src in (taken.rows, fresh):
+            for i, t in enumerate(src.turns):
+                cands[(t["session_id"], t["turn_no"])] = (src, i)
+        nexts = dict(taken.next_turn)
+        for sid, n in fresh_next.items():
+            nexts[sid] = max(nexts.get(sid, 0), n)
+        sids = set(nexts) | {s for s, _ in cands} | taken.adopt | finish
+        found = backlog.uncompressed(self.store, sids) if sids else {}
+        out = TurnRows()
+        pending: dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]] = {}
+        counters: dict[str, int] = {}
+        for sid in sorted(found):
+            srows = found[sid]
+            nxt = max(srows[-1]["turn_no"] + 1, nexts.get(sid, 0))
+            before = nxt - (0 if hot_too and sid in finish else cfg.hot_tier_max_turns)
+            rows_, vecs = [], []
+            for r in srows:
+                vec = r["vector"]
+                if vec is None:
+                    cand = cands.get((sid, r["turn_no"]))
+                    if cand is not None and _same(cand[0].turns[cand[1]], r):
+                        out.copy_turn(*cand)
+                    elif sid in taken.adopt or sid in finish or r["turn_no"] < before:
+                        out.add(self.store.embedder, cfg, sid, r["turn_no"], r["role"],
+                                r["speaker"], r["content"], r["ts"], micro=r["micro"],
+                                tokens=r["tokens"], message_id=r["message_id"])
+                    else:
+                        continue  # another process's turn, still hot: left to it for now
+                    vec = int8_rows(out.mvec[-1])[0]
+                if r["turn_no"] < before:
+                    r["content"] = r["content"] if r["content"] is not None else r["micro"]
+                    rows_.append(r)
+                    vecs.append(vec)
+            counters[sid] = nxt
+            pending[sid] = (rows_, vecs)
+        self.store.writing = (self.store.writing or set()) | set(counters)
+        out.insert(self.store, turns=False)
+        for sid in counters:
+            if sid in self._df:  # term statistics follow the postings just written
+                df, docs = self._df[sid]
+                df.update(p[1] for p in out.post if p[0] == sid)
+                self._df[sid] = (df, docs + sum(1 for t in out.turns if t["session_id"] == sid))
+        if counters:
+            now = self.flushed.updated_at if self.flushed is not None else clock.now()
+            with registered(con, _b_sessions=pa.table({
+                    "session_id": list(counters), "created_at": [now] * len(counters),
+                    "updated_at": [now] * len(counters),
+                    "next_turn": pa.array(list(counters.values()), pa.int32()),
+                    "user_id": pa.array([self._users.get(s) for s in counters], pa.string())})):
+                self.store.q("upsert_sessions")
+        if self._retrieved:
+            self._bump(con)
+        scale = float(ranking.spec().vector_scale)
+        for sid, (rows_, vecs) in pending.items():
+            if rows_ and (sid in finish or len(rows_) >= cfg.live_batch_turns):
+                mat = (np.vstack(vecs).astype(np.float32) / scale).astype(np.float32)
+                self._compress_rows(con, sid, rows_, mat, finish=sid in finish)
+        return set(counters)
 
     def _flush_tables(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
         if self.store.failure is not None or self._recoveries != self.store.recoveries:
@@ -546,6 +776,11 @@ class Writer:
         """Messages journaled but not yet in the tables."""
         return len(self._buffer)
 
+    def backlog_count(self) -> int:
+        """On a lake: acknowledged turns whose derived rows are not committed yet (with the
+        sessions that wait to be checked for such turns)."""
+        return len(self.backlog) + len(self.backlog.adopting)
+
     def _prepare(self) -> tuple[dict[str, int], TurnRows]:
         """Next turn numbers per session, and the rows of the buffer."""
         sessions: dict[str, int] = {}
@@ -574,18 +809,18 @@ class Writer:
 
     def _compress(self, con: Any, sid: str, *, finish: bool, hot_too: bool) -> None:
         cfg = self.config
-        if not finish and self.next_turn(sid) < self._quiet.get(sid, 0):
-            return  # too few turns left the hot window since the last look (see below)
         before = self.next_turn(sid) - (0 if hot_too else cfg.hot_tier_max_turns)
         tbl = self.store.q("pending_turns", {"sid": sid, "before": before}).to_arrow_table()
         if tbl.num_rows == 0 or (not finish and tbl.num_rows < cfg.live_batch_turns):
-            if self._lake and not finish:  # each new turn adds at most one pending turn: no
-                # flush compresses anything before this many more (a query less per commit,
-                # where a query costs a round of catalog reads)
-                self._quiet[sid] = self.next_turn(sid) + cfg.live_batch_turns - tbl.num_rows
             return
         rows = tbl.drop_columns(["vector"]).to_pylist()
-        vecs = vectors_of(tbl.column("vector"), self.store.dim)
+        self._compress_rows(con, sid, rows, vectors_of(tbl.column("vector"), self.store.dim),
+                            finish=finish)
+
+    def _compress_rows(self, con: Any, sid: str, rows: list[dict[str, Any]], vecs: Matrix, *,
+                       finish: bool) -> None:
+        """Write the notes of the closed topics among a session's pending turns ``rows`` (with
+        their vectors ``vecs``; every topic when ``finish``)."""
         turns = [topics.TopicTurn(r["turn_no"], r["role"], r["speaker"], r["content"] or "",
                                   r["ts"]) for r in rows]
         groups = self.topics_to_write(turns, vecs, finish=finish)
@@ -611,7 +846,7 @@ class Writer:
             rows = self.store.q("session_df", {"sid": sid}).fetchall()
             docs = self.store.q("session_docs", {"sid": sid}).fetchone()
             self._df[sid] = (Counter({r[0]: int(r[1]) for r in rows}), int(docs[0]) if docs else 0)
-            while len(self._df) > DF_SESSIONS:
+            while len(self._df) > (LAKE_DF_SESSIONS if self._lake else DF_SESSIONS):
                 self._df.popitem(last=False)
         self._df.move_to_end(sid)
         return self._df[sid]
@@ -619,7 +854,6 @@ class Writer:
     def forget_stats(self, session_id: str) -> None:
         """Drop cached statistics of a session (after turns were edited or removed)."""
         self._df.pop(session_id, None)
-        self._quiet.pop(session_id, None)
 
     def _write_notes(self, con: Any, sid: str, turns: list[topics.TopicTurn],
                      rows: list[dict[str, Any]], vecs: Matrix, groups: list[list[int]]) -> None:
@@ -704,6 +938,13 @@ class Writer:
             self._flusher.join(timeout=5.0)  # (returns at once unless a flush is running)
         if self.journal is not None:
             self.journal.close()
+
+
+def _same(turn: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """Whether a turn row this process committed is the stored one (not erased and written
+    again, nor corrected, since)."""
+    return bool(turn["content_hash"] == stored["content_hash"]
+                and turn["speaker"] == stored["speaker"] and turn["role"] == stored["role"])
 
 
 def _header(note: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,57 @@ WHEN MATCHED THEN UPDATE SET
 WHEN NOT MATCHED THEN INSERT (session_id, created_at, updated_at, status, next_turn, user_id)
     VALUES (b.session_id, b.created_at, b.updated_at, 'open', b.next_turn, b.user_id);
 
+-- name: session_row
+-- One session's bookkeeping row. On a lake a message is acknowledged once its turn row is
+-- committed, and the session's counter row moves with the derived rows, in a later commit
+-- (cce_duck.backlog): the next turn is also at least one past the last stored turn.
+SELECT s.session_id, s.status,
+    greatest(s.next_turn, coalesce((SELECT max(t.turn_no) + 1 FROM main.turns AS t
+                                    WHERE t.session_id = $sid), 0)) AS next_turn,
+    s.created_at, s.updated_at, s.user_id
+FROM main.sessions AS s WHERE s.session_id = $sid;
+
+-- name: insert_sessions
+-- Create sessions from _b_sessions (an acknowledgement commit creates the sessions it starts;
+-- the later commit of derived rows moves their counters with upsert_sessions).
+INSERT INTO main.sessions (session_id, created_at, updated_at, status, next_turn, user_id)
+SELECT session_id, created_at, updated_at, 'open', next_turn, user_id FROM _b_sessions;
+
+-- name: uncompressed_turns
+-- The uncompressed turns of the sessions in $sids, oldest first, with their message vector
+-- (NULL: its derived rows are not committed yet). Read inside the commit of derived rows,
+-- under the lake's commit lock: it says which acknowledged turns still need their rows and
+-- which pending turns a note may compress.
+SELECT t.session_id, t.turn_no, t.role, t.speaker, t.content, t.micro, t.ts, t.tokens,
+    t.content_hash, t.message_id, m.vector
+FROM main.turns AS t
+LEFT JOIN (SELECT session_id, turn_no, vector FROM main.message_vectors
+           WHERE session_id IN (SELECT unnest($sids::VARCHAR[]))) AS m
+    USING (session_id, turn_no)
+WHERE t.session_id IN (SELECT unnest($sids::VARCHAR[])) AND t.note_id IS NULL
+ORDER BY t.session_id, t.turn_no;
+
+-- name: underived_sessions
+-- Sessions that hold turns without derived rows (a process stopped between a lake's two
+-- commits, or another one has not made its second commit yet); read once by every process
+-- that opens the lake for writing, which then completes them.
+SELECT DISTINCT t.session_id FROM main.turns AS t
+WHERE t.note_id IS NULL AND NOT EXISTS (
+    SELECT 1 FROM main.message_vectors AS m
+    WHERE m.session_id = t.session_id AND m.turn_no = t.turn_no)
+ORDER BY t.session_id;
+
+-- name: session_message_ids
+-- Every client message id of a session's stored turns with its turn, role and content hash
+-- (a lake writer keeps them in memory: idempotent retries without a read per message).
+SELECT message_id, turn_no, role, content_hash FROM main.turns
+WHERE session_id = $sid AND message_id IS NOT NULL;
+
+-- name: session_docs
+-- Number of a session's turns that have their derived rows (BM25 documents): on a lake the
+-- last acknowledged turns may not have them yet.
+SELECT count(*) FROM main.message_vectors WHERE session_id = $sid;
+
 -- name: next_note_ids
 -- Reserve note ids.
 UPDATE main._cce_sequences SET value = value + $n WHERE name = 'note_ids';

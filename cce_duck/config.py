@@ -158,7 +158,7 @@ class Config:
     export_dir: Path | None = None
     catalog: str | None = field(default=None, repr=False)  # a PostgreSQL DSN may hold a password
     data_path: Path | None = None
-    derive_after_s: float = 1.0
+    derive_after_s: float = 2.0
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""

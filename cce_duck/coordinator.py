@@ -94,8 +94,7 @@ class Coordinator:
 
     def release(self, session_ids: Iterable[str]) -> None:
         """A write of these sessions is settled (committed or failed)."""
-        for sid in session_ids:
-            self.leases.release(sid)
+        self.leases.release_many(session_ids)
 
     def stamp(self, con: Any, sessions: Iterable[str] | None,
               info: dict[str, Any] | None = None) -> None:

@@ -137,6 +137,8 @@ def _delete(store: Store, what: Erasure) -> dict[str, int]:
         return counts
     with store.transaction():
         store.q("erase_llm_cache")
+        if store.lake is not None and what.turns:  # numbers never go back (see backlog)
+            store.q("advance_session", {"sid": sid, "next": max(what.turns) + 1})
         run_script(store, "forget_rows", {"sid": sid, "notes": csv(what.notes) or "-1",
                                           "turns": csv(what.turns) or "-1"})
         if store.q("session_row", {"sid": sid}).fetchone() is not None:

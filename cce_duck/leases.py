@@ -176,18 +176,26 @@ class Leases:
 
     def release(self, session_id: str) -> None:
         """One holder is done with the session's lease; the last one gives it back."""
+        self.release_many([session_id])
+
+    def release_many(self, session_ids: Iterable[str]) -> None:
+        """:meth:`release` for each of ``session_ids`` (one holder each), in one round trip."""
+        keys = []
         with self._lock:
-            if not self._held[session_id]:
-                self._held.pop(session_id, None)
-                return
-            self._held[session_id] -= 1
-            if self._held[session_id]:
-                return
-            del self._held[session_id]
-            epoch = self._epoch.pop(session_id, None)
-        if epoch == self.link.epoch:
-            with suppress(StorageError):  # the connection is gone, and the lease with it
-                self.link.run("lease_release", {"key": self.key(session_id)})
+            for sid in session_ids:
+                if not self._held[sid]:
+                    self._held.pop(sid, None)
+                    continue
+                self._held[sid] -= 1
+                if self._held[sid]:
+                    continue
+                del self._held[sid]
+                if self._epoch.pop(sid, None) == self.link.epoch:
+                    keys.append(self.key(sid))
+        if keys:
+            with suppress(StorageError):  # the connection is gone, and the leases with it
+                self.link.run("lease_release" if len(keys) == 1 else "lease_release_many",
+                              {"key": keys[0]} if len(keys) == 1 else {"keys": keys})
 
     @contextmanager
     def holding(self, session_ids: Iterable[str]) -> Iterator[set[str]]:

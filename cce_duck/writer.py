@@ -52,6 +52,8 @@ DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need th
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
 LAKE_DF_SESSIONS = 16  # the same on a lake, where a query is a round of catalog reads
 LAKE_ID_SESSIONS = 64  # sessions whose client message ids a lake writer keeps in memory
+LAKE_NOTE_IDS = 256  # note ids a lake writer reserves at once (a counter update is a round of
+# catalog work; ids are unique across processes, a process that stops leaves a gap)
 
 
 class Writer:
@@ -98,6 +100,8 @@ class Writer:
         self.group = GroupCommit()
         #: (ticket, session) of every lake write whose session lease waits for its commit.
         self._leased: list[tuple[int, str]] = []
+        #: Leases of settled writes, given back once the flush has let the write lock go.
+        self._settled: list[str] = []
         #: On a lake: derived rows of acknowledged turns, until their own commit.
         self.backlog = Backlog(config.derive_after_s)
         #: Sessions this process knows have no row in ``sessions`` yet (a lake's
@@ -106,6 +110,8 @@ class Writer:
         #: On a lake: the stored client message ids of recently written sessions (a lookup
         #: would otherwise read the lake for every message that carries one).
         self._id_cache: OrderedDict[str, dict[str, tuple[int, str, int]]] = OrderedDict()
+        #: On a lake: note ids reserved by a committed transaction and not used yet.
+        self._note_ids: list[int] = []
         if self._lake:
             store.derive_missing = lambda turns: backlog.derived_tables(
                 store.embedder, config, turns)
@@ -134,6 +140,9 @@ class Writer:
         if session_id not in self._next:
             row = self.store.q("session_row", {"sid": session_id}).fetchone()
             self._next[session_id] = int(row[2]) if row else 0
+            if row and self._lake:  # (the counter row may lag the turn rows: see backlog)
+                last = self.store.q("session_next_turn", {"sid": session_id}).fetchone()
+                self._next[session_id] = max(self._next[session_id], int(last[0]))
             self._users[session_id] = row[5] if row else None
             if row is None:
                 self._new.add(session_id)
@@ -403,11 +412,9 @@ class Writer:
         """A lake flush ended: the messages up to ``upto`` are committed, or (``error``) dropped
         and their calls fail with it; their sessions' leases are given back."""
         self.group.finished(upto, error)
-        if self._leased:  # (called with the writer's lock held)
-            done = [s for t, s in self._leased if t <= upto]
+        if self._leased:  # (called with the writer's lock held; given back by flush())
+            self._settled += [s for t, s in self._leased if t <= upto]
             self._leased = [(t, s) for t, s in self._leased if t > upto]
-            if self.store.coordinator is not None:
-                self.store.coordinator.release(done)
 
     def _known_ids(self, sid: str, messages: Sequence[Message]
                    ) -> dict[str, tuple[int, str, int]]:
@@ -504,12 +511,18 @@ class Writer:
             # what other processes changed; never with the lock held (a refresh that found
             # changes takes the lock to drop cached sessions, holding the coordinator's)
             self.store.coordinator.refresh()
-        with self._lock:
-            try:
-                self._flush(finish, hot_too=hot_too, counts=counts, derived=derived)
-            finally:
-                self.store.writing = None
-                self.store.commit_info = None
+        settled: list[str] = []
+        try:
+            with self._lock:
+                try:
+                    self._flush(finish, hot_too=hot_too, counts=counts, derived=derived)
+                finally:
+                    self.store.writing = None
+                    self.store.commit_info = None
+                    settled, self._settled = self._settled, []
+        finally:
+            if settled and self.store.coordinator is not None:  # (one round trip, off the lock)
+                self.store.coordinator.release(settled)
 
     def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool,
                derived: bool) -> None:
@@ -561,6 +574,7 @@ class Writer:
                                                          if t["session_id"] == sid), n - 1]
                                                for sid, n in sessions.items()}
         touched: set[str] = set()
+        note_ids = list(self._note_ids)
         try:  # (the commit lock is taken inside: derived rows are checked against the lake)
             with self.store.transaction() as con:
                 if rows.turns:
@@ -570,6 +584,7 @@ class Writer:
                 if taken is not None:
                     touched = self._derive(con, rows, sessions, taken, finish, hot_too=hot_too)
         except BaseException:
+            self._note_ids = note_ids
             if taken is not None:
                 for sid in taken.sessions | set(sessions) | finish:
                     self.forget_stats(sid)  # (term statistics counted rolled-back rows)
@@ -597,6 +612,16 @@ class Writer:
         finally:
             if self.on_flush is not None:
                 self.on_flush(before, self.store.generation, set(sessions) | finish | touched)
+
+    def _take_note_ids(self, n: int) -> list[int]:
+        """``n`` note ids: those this process reserved before, and when they do not suffice a
+        new reservation of at least :data:`LAKE_NOTE_IDS` in the running transaction (the
+        flush puts the pool back as it was when the transaction fails)."""
+        if len(self._note_ids) < n:
+            self._note_ids += [int(r[0]) for r in self.store.q(
+                "next_note_ids", {"n": max(n - len(self._note_ids), LAKE_NOTE_IDS)}).fetchall()]
+        out, self._note_ids = self._note_ids[:n], self._note_ids[n:]
+        return out
 
     def _insert_sessions(self, con: Any, sessions: dict[str, int], new: list[str]) -> None:
         now = self.flushed.updated_at if self.flushed is not None else clock.now()
@@ -652,6 +677,8 @@ class Writer:
                     vecs.append(vec)
             counters[sid] = nxt
             pending[sid] = (rows_, vecs)
+        for sid, n in nexts.items():  # (its turns may be gone: the counter still moves)
+            counters[sid] = max(counters.get(sid, 0), n)
         self.store.writing = (self.store.writing or set()) | set(counters)
         out.insert(self.store, turns=False)
         for sid in counters:
@@ -662,19 +689,45 @@ class Writer:
         if counters:
             now = self.flushed.updated_at if self.flushed is not None else clock.now()
             with registered(con, _b_sessions=pa.table({
-                    "session_id": list(counters), "created_at": [now] * len(counters),
-                    "updated_at": [now] * len(counters),
-                    "next_turn": pa.array(list(counters.values()), pa.int32()),
-                    "user_id": pa.array([self._users.get(s) for s in counters], pa.string())})):
-                self.store.q("upsert_sessions")
+                    "session_id": list(counters), "updated_at": [now] * len(counters),
+                    "next_turn": pa.array(list(counters.values()), pa.int32())})):
+                self.store.q("advance_sessions")
         if self._retrieved:
             self._bump(con)
-        scale = float(ranking.spec().vector_scale)
-        for sid, (rows_, vecs) in pending.items():
-            if rows_ and (sid in finish or len(rows_) >= cfg.live_batch_turns):
-                mat = (np.vstack(vecs).astype(np.float32) / scale).astype(np.float32)
-                self._compress_rows(con, sid, rows_, mat, finish=sid in finish)
+        self._compress_many(con, {sid: p for sid, p in pending.items()
+                                  if p[0] and (sid in finish or len(p[0]) >= cfg.live_batch_turns)},
+                            finish)
         return set(counters)
+
+    def _compress_many(self, con: Any,
+                       pending: dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]],
+                       finish: set[str]) -> None:
+        """Notes for the closed topics of several sessions' pending turns (rows with their int8
+        vectors), with one reservation of note ids, one insert and one update of the turns
+        they compress: on a lake each statement is a round of catalog work."""
+        scale = float(ranking.spec().vector_scale)
+        plans = []
+        for sid in sorted(pending):
+            rows, vecs = pending[sid]
+            mat = (np.vstack(vecs).astype(np.float32) / scale).astype(np.float32)
+            turns = [topics.TopicTurn(r["turn_no"], r["role"], r["speaker"], r["content"] or "",
+                                      r["ts"]) for r in rows]
+            groups = self.topics_to_write(turns, mat, finish=sid in finish)
+            if groups:
+                plans.append((sid, turns, [int(r["tokens"]) for r in rows], mat, groups))
+        if not plans:
+            return
+        total = sum(len(p[4]) for p in plans)
+        ids = self._take_note_ids(total)
+        notes: list[dict[str, Any]] = []
+        mapping: list[tuple[str, int, int]] = []
+        for sid, turns, tokens, mat, groups in plans:
+            df, n_docs = self._term_df(sid)
+            part, ids = ids[:len(groups)], ids[len(groups):]
+            n, m = self._notes_of(sid, turns, tokens, mat, groups, df, n_docs, part)
+            notes += n
+            mapping += m
+        self._store_notes(con, notes, mapping)
 
     def _flush_tables(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
         if self.store.failure is not None or self._recoveries != self.store.recoveries:
@@ -697,7 +750,7 @@ class Writer:
                 for sid in sorted(set(sessions) | finish):
                     for owner, notes, mapping in self._planned:
                         if owner == sid:
-                            self._store_notes(con, sid, notes, mapping)
+                            self._store_notes(con, notes, mapping)
                     self._compress(con, sid, finish=sid in finish,
                                    hot_too=hot_too and sid in finish)
         except BaseException:
@@ -861,7 +914,7 @@ class Writer:
         ids = [r[0] for r in self.store.q("next_note_ids", {"n": len(groups)}).fetchall()]
         notes, mapping = self._notes_of(sid, turns, [int(r["tokens"]) for r in rows], vecs,
                                         groups, df, n_docs, ids)
-        self._store_notes(con, sid, notes, mapping)
+        self._store_notes(con, notes, mapping)
 
     def _notes_of(self, sid: str, turns: list[topics.TopicTurn], tokens: Sequence[int],
                   vecs: Matrix, groups: list[list[int]], df: dict[str, int], n_docs: int,
@@ -888,12 +941,14 @@ class Writer:
                                              summary))
         return notes, mapping
 
-    def _store_notes(self, con: Any, sid: str, notes: list[dict[str, Any]],
+    def _store_notes(self, con: Any, notes: list[dict[str, Any]],
                      mapping: list[tuple[str, int, int]]) -> None:
-        """Insert notes and mark the turns they compress (inside the flush's transaction)."""
+        """Insert notes (of any sessions) and mark the turns they compress (inside the flush's
+        transaction)."""
         write_notes(self.store, notes, insert=True)
         if self.flushed is not None:
-            self.flushed.notes.setdefault(sid, []).extend(_header(n) for n in notes)
+            for n in notes:
+                self.flushed.notes.setdefault(n["session_id"], []).append(_header(n))
             self.flushed.assigned.extend(mapping)
         cols = list(zip(*mapping, strict=True))
         mp = pa.table({"session_id": list(cols[0]), "turn_no": pa.array(cols[1], pa.int32()),

@@ -11,6 +11,10 @@ SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0)) AS taken;
 -- Give a lease back (false when this connection did not hold it).
 SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0)) AS released;
 
+-- name: lease_release_many
+-- Give several leases back in one round trip.
+SELECT pg_advisory_unlock(hashtextextended(k, 0)) AS released FROM unnest(%(keys)s::text[]) AS k;
+
 -- name: lease_holders
 -- How many of the given leases some connection holds right now (any process).
 SELECT count(*) AS held FROM pg_locks

@@ -4,26 +4,25 @@
 -- "-- name: <name>" (the name of the query it replaces), a description, the SQL; a block of
 -- several statements runs them in order, each with the parameters it uses.
 
--- name: upsert_sessions
--- Create sessions or move their turn counter forward (it never goes back); a session's user,
--- once set, is kept.
+-- name: session_next_turn
+-- One past a session's last stored turn. On a lake a message is acknowledged once its turn row
+-- is committed, and the session's counter row moves with the derived rows, in a later commit
+-- (cce_duck.backlog): a writer numbers after both.
+SELECT coalesce(max(turn_no) + 1, 0) FROM main.turns WHERE session_id = $sid;
+
+-- name: advance_sessions
+-- Move the turn counters of existing sessions forward to _b_sessions.next_turn (never back),
+-- with their updated_at: the commit of derived rows, after the acknowledgement commit that
+-- created the session (a session deleted meanwhile is not created again).
 MERGE INTO main.sessions AS s USING _b_sessions AS b ON s.session_id = b.session_id
 WHEN MATCHED THEN UPDATE SET
     next_turn = greatest(s.next_turn, b.next_turn),
-    user_id = coalesce(s.user_id, b.user_id),
-    updated_at = b.updated_at
-WHEN NOT MATCHED THEN INSERT (session_id, created_at, updated_at, status, next_turn, user_id)
-    VALUES (b.session_id, b.created_at, b.updated_at, 'open', b.next_turn, b.user_id);
+    updated_at = greatest(s.updated_at, b.updated_at);
 
--- name: session_row
--- One session's bookkeeping row. On a lake a message is acknowledged once its turn row is
--- committed, and the session's counter row moves with the derived rows, in a later commit
--- (cce_duck.backlog): the next turn is also at least one past the last stored turn.
-SELECT s.session_id, s.status,
-    greatest(s.next_turn, coalesce((SELECT max(t.turn_no) + 1 FROM main.turns AS t
-                                    WHERE t.session_id = $sid), 0)) AS next_turn,
-    s.created_at, s.updated_at, s.user_id
-FROM main.sessions AS s WHERE s.session_id = $sid;
+-- name: advance_session
+-- Move one session's turn counter forward (before its last turns are forgotten on a lake,
+-- where the counter row may lag the turn rows: numbers never go back).
+UPDATE main.sessions SET next_turn = $next WHERE session_id = $sid AND next_turn < $next;
 
 -- name: insert_sessions
 -- Create sessions from _b_sessions (an acknowledgement commit creates the sessions it starts;

@@ -34,8 +34,10 @@ class Serialized:
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` while holding the write lock; the journal sync its writes need runs after
-        the lock is released, shared with concurrent calls (group commit)."""
-        with self.engine.deferred_sync(), self._lock:
+        the lock is released, shared with concurrent calls (group commit). A call counts as
+        arriving while it waits for the lock, so that a lake's commit under way gathers it
+        (see :meth:`cce_duck.groupcommit.GroupCommit.arriving`)."""
+        with self.engine.deferred_sync(), self.engine.writer.group.arriving(), self._lock:
             return fn(*args, **kwargs)
 
     def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

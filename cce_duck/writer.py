@@ -507,9 +507,11 @@ class Writer:
         derived rows of acknowledged turns are committed too (:mod:`cce_duck.backlog`), unless
         ``derived`` is false: then only the buffered messages' turn rows are.
         """
-        if self.store.coordinator is not None and not self._lock.held():
+        if self.store.coordinator is not None and derived and not self._lock.held():
             # what other processes changed; never with the lock held (a refresh that found
-            # changes takes the lock to drop cached sessions, holding the coordinator's)
+            # changes takes the lock to drop cached sessions, holding the coordinator's). (Not
+            # before turn rows alone: their numbers were given under leases, whose taking
+            # read the changes.)
             self.store.coordinator.refresh()
         settled: list[str] = []
         try:

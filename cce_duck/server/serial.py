@@ -40,6 +40,15 @@ class Serialized:
         with self.engine.deferred_sync(), self.engine.writer.group.arriving(), self._lock:
             return fn(*args, **kwargs)
 
+    def add(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn``, an ``add_messages`` (which holds the write lock only while it numbers
+        and buffers), as :meth:`call`; on a lake without holding the write lock meanwhile: a
+        session's lease is then taken (a round trip to the catalog) while other calls commit."""
+        if self.engine.store.lake is None:
+            return self.call(fn, *args, **kwargs)
+        with self.engine.deferred_sync(), self.engine.writer.group.arriving():
+            return fn(*args, **kwargs)
+
     def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn``, one of the engine's reads made safe beside other threads (``context``,
         ``user_context``, ``search``, ``sessions``, ``users``, ``stats``, ``summary``,

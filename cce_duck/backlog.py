@@ -125,10 +125,15 @@ def uncompressed(store: Store, sessions: set[str]) -> dict[str, list[dict[str, A
     """The uncompressed turns of ``sessions`` (oldest first) with their message vector as int8
     (``None`` when the turn has no derived rows), read in the caller's transaction."""
     tbl = store.q("uncompressed_turns", {"sids": sorted(sessions)}).to_arrow_table()
-    vectors = tbl.column("vector").to_pylist()
+    col = tbl.column("vector").combine_chunks()
+    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.int8)  # (nulls add nothing)
+    mat = flat.reshape(int(valid.sum()), -1) if len(flat) else flat.reshape(0, 0)
     out: dict[str, list[dict[str, Any]]] = {}
-    for row, vec in zip(tbl.drop_columns(["vector"]).to_pylist(), vectors, strict=True):
-        row["vector"] = None if vec is None else np.asarray(vec, dtype=np.int8)
+    k = 0
+    for row, has in zip(tbl.drop_columns(["vector"]).to_pylist(), valid, strict=True):
+        row["vector"] = mat[k] if has else None
+        k += int(has)
         out.setdefault(row.pop("session_id"), []).append(row)
     return out
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from cce_duck.changefeed import ChangeFeed, Changes
 from cce_duck.errors import StorageError
-from cce_duck.leases import CatalogLink, CommitLock, Leases
+from cce_duck.leases import LINGER_S, CatalogLink, CommitLock, Leases
 from cce_duck.sqlfiles import query
 
 __all__ = ["PG_PREFIX", "Coordinator", "is_conflict"]
@@ -48,7 +48,7 @@ class Coordinator:
     def __init__(self, catalog: str, namespace: str) -> None:
         dsn = catalog[len(PG_PREFIX):] if catalog.startswith(PG_PREFIX) else catalog
         self.link = CatalogLink(dsn)
-        self.leases = Leases(self.link, namespace)
+        self.leases = Leases(self.link, namespace, linger_s=LINGER_S)
         self.commit_lock = CommitLock(CatalogLink(dsn), namespace)
         self.feed = ChangeFeed(self.link)  # (an unreachable catalog raises here, at open)
         #: Called with what other processes changed (under this object's lock).
@@ -119,5 +119,6 @@ class Coordinator:
 
     def close(self) -> None:
         """Close the catalog connection (its leases go with it)."""
+        self.leases.close()
         self.link.close()
         self.commit_lock.link.close()

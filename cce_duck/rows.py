@@ -148,14 +148,16 @@ class TurnRows:
     def add(self, emb: CachedEmbedder, config: Config, sid: str, turn_no: int, role: str,
             speaker: str | None, content: str | None, ts: datetime, *, micro: str | None = None,
             tokens: int | None = None, note_id: int | None = None,
-            message_id: str | None = None) -> dict[str, Any]:
+            message_id: str | None = None, analysis: TextAnalysis | None = None
+            ) -> dict[str, Any]:
         """Derive and append one turn (``message_id``: the client's id of it); returns its row.
 
         A turn whose raw text was dropped (``content`` None) is derived from its ``micro`` line
-        and keeps its stored ``tokens``.
+        and keeps its stored ``tokens``. ``analysis``: :func:`analyse_text` of the same text and
+        speaker, made beforehand.
         """
         text = content if content is not None else str(micro or "")
-        a = analyse_text(emb, config, text, speaker)
+        a = analysis if analysis is not None else analyse_text(emb, config, text, speaker)
         if content is not None:
             micro = topics.micro(topics.TopicTurn(turn_no, role, speaker, text, ts),
                                  sentences=a.sentences)

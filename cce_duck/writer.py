@@ -39,7 +39,16 @@ from cce_duck.folder import JOURNAL_FILE
 from cce_duck.groupcommit import GroupCommit
 from cce_duck.journal import Journal
 from cce_duck.messages import Message
-from cce_duck.rows import Flushed, TurnRows, content_hash, int8_rows, registered, vectors_of
+from cce_duck.rows import (
+    Flushed,
+    TextAnalysis,
+    TurnRows,
+    analyse_text,
+    content_hash,
+    int8_rows,
+    registered,
+    vectors_of,
+)
 from cce_duck.store import Store, WriteLock
 from cce_duck.summariser import FreshNote, Summariser
 from cce_duck.text import estimate_tokens
@@ -52,6 +61,8 @@ DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need th
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
 LAKE_DF_SESSIONS = 16  # the same on a lake, where a query is a round of catalog reads
 LAKE_ID_SESSIONS = 64  # sessions whose client message ids a lake writer keeps in memory
+ANALYSED_MAX = 4096  # analyses made ahead of a lake commit kept at most (a call that failed
+# after making them leaves them behind)
 LAKE_NOTE_IDS = 256  # note ids a lake writer reserves at once (a counter update is a round of
 # catalog work; ids are unique across processes, a process that stops leaves a gap)
 
@@ -112,6 +123,9 @@ class Writer:
         self._id_cache: OrderedDict[str, dict[str, tuple[int, str, int]]] = OrderedDict()
         #: On a lake: note ids reserved by a committed transaction and not used yet.
         self._note_ids: list[int] = []
+        #: On a lake: (text, speaker) -> its analysis (terms, vectors), made by the calling
+        #: thread before it takes the write lock, used by the commit that stores the turn.
+        self._analysed: dict[tuple[str, str | None], TextAnalysis] = {}
         if self._lake:
             store.derive_missing = lambda turns: backlog.derived_tables(
                 store.embedder, config, turns)
@@ -201,6 +215,12 @@ class Writer:
         """
         if self.store.read_only:  # nothing would ever store them: refuse, do not drop
             raise CCEError("this store is open read-only; open it without read_only to write")
+        if self._lake:  # the expensive part of a turn's rows, before any lock is taken
+            if len(self._analysed) > ANALYSED_MAX:
+                self._analysed.clear()
+            for m in messages:
+                self._analysed[(m.content, m.speaker)] = analyse_text(
+                    self.store.embedder, self.config, m.content, m.speaker)
         coord = self.store.coordinator
         if coord is None:
             with self.group.arriving() if self._lake else nullcontext():
@@ -344,7 +364,8 @@ class Writer:
             with self.store.bound(cur):
                 self.flush()
         finally:
-            cur.close()
+            with suppress(Exception):  # (a store that failed may refuse its own close)
+                cur.close()
 
     def unstored(self, session_id: str) -> Flushed | None:
         """The rows of the journaled messages not in the tables yet, when they all belong to
@@ -363,7 +384,8 @@ class Writer:
         """The rows of every buffered message (derived on first use, then kept)."""
         for sid, n, m in self._buffer[self._rows_n:]:
             self._rows.add(self.store.embedder, self.config, sid, n, m.role, m.speaker,
-                           m.content, m.ts, message_id=m.message_id)
+                           m.content, m.ts, message_id=m.message_id,
+                           analysis=self._analysed.pop((m.content, m.speaker), None))
         self._rows_n = len(self._buffer)
         return self._rows
 

@@ -36,17 +36,10 @@ class Serialized:
         """Run ``fn`` while holding the write lock; the journal sync its writes need runs after
         the lock is released, shared with concurrent calls (group commit). A call counts as
         arriving while it waits for the lock, so that a lake's commit under way gathers it
-        (see :meth:`cce_duck.groupcommit.GroupCommit.arriving`)."""
+        (see :meth:`cce_duck.groupcommit.GroupCommit.arriving`). (On a lake a write takes its
+        session's lease, and reads the change feed, inside this lock, as a read refreshes:
+        one order of the write lock and the coordinator's, no deadlock.)"""
         with self.engine.deferred_sync(), self.engine.writer.group.arriving(), self._lock:
-            return fn(*args, **kwargs)
-
-    def add(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn``, an ``add_messages`` (which holds the write lock only while it numbers
-        and buffers), as :meth:`call`; on a lake without holding the write lock meanwhile: a
-        session's lease is then taken (a round trip to the catalog) while other calls commit."""
-        if self.engine.store.lake is None:
-            return self.call(fn, *args, **kwargs)
-        with self.engine.deferred_sync(), self.engine.writer.group.arriving():
             return fn(*args, **kwargs)
 
     def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

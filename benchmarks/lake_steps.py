@@ -15,7 +15,11 @@ On a new lake with a PostgreSQL catalog (a database of its own on ``--pg``, drop
   to the catalog; the background commit of derived rows and its statements), total and median;
 - ``concurrent``: ``--clients`` threads of this process writing one message per call, each to
   its own session, for ``--seconds``: messages/s, acknowledgement commits and messages per
-  commit, and the share of the time the commits of derived rows held the writer.
+  commit, and the share of the time the commits of derived rows held the writer;
+- ``inlining``: DuckLake's data inlining for the tables without text, in raw DuckDB: 60
+  transactions each running the ``sessions`` ``MERGE`` of 8 rows, the counter update of
+  ``_cce_sequences`` and a one-row insert into a table of text (never inlined), with inlining
+  off everywhere and with those two tables inlined (twice each, alternating): p50 of each step.
 
 Timing wraps the methods in this process (the wrappers add microseconds). Results go to
 ``benchmarks/results/lake-steps-<date>.json`` unless ``--json``.
@@ -152,6 +156,55 @@ def concurrent(catalog: str, data: Path, clients: int, seconds: float) -> dict[s
                 "load_avg_1m": os.getloadavg()[0], "steps": _table(STEPS)}
 
 
+def inlining(admin: str, root: Path, rounds: int = 2, n: int = 60) -> dict[str, Any]:
+    """The updates in place of a commit of derived rows with the two tables without text
+    inlined into the catalog or not (see the module docstring)."""
+    from scale import _lake_con
+
+    out: dict[str, Any] = {}
+    for r in range(rounds):
+        for inlined in (False, True):
+            with pg_database(admin, f"inl{r}{int(inlined)}") as dsn:
+                con = _lake_con(dsn, root / f"inl{r}{int(inlined)}", inlining=inlined)
+                con.execute("USE lake")
+                con.execute("CREATE TABLE sessions (session_id VARCHAR, next_turn INTEGER, "
+                            "updated_at TIMESTAMP)")
+                con.execute("CREATE TABLE seq (name VARCHAR, value BIGINT)")
+                con.execute("CREATE TABLE t (s VARCHAR, n INTEGER, c VARCHAR)")
+                con.execute("CALL lake.set_option('data_inlining_row_limit', 0, "
+                            "table_name => 't')")
+                con.execute("INSERT INTO seq VALUES ('note_ids', 1)")
+                con.execute("INSERT INTO sessions SELECT 's' || range, 0, now() FROM range(8)")
+                steps: dict[str, list[float]] = defaultdict(list)
+                for i in range(n):
+                    con.execute("BEGIN")
+                    t0 = time.perf_counter()
+                    con.execute("MERGE INTO sessions AS s USING (SELECT 's' || range AS "
+                                "session_id, ? AS n FROM range(8)) AS b ON s.session_id = "
+                                "b.session_id WHEN MATCHED THEN UPDATE SET next_turn = "
+                                "greatest(s.next_turn, b.n), updated_at = now()", [i])
+                    t1 = time.perf_counter()
+                    con.execute("UPDATE seq SET value = value + 5 WHERE name = 'note_ids'")
+                    con.execute("SELECT value FROM seq").fetchall()
+                    t2 = time.perf_counter()
+                    con.execute("INSERT INTO t VALUES ('s', ?, 'one message')", [i])
+                    t3 = time.perf_counter()
+                    con.execute("COMMIT")
+                    t4 = time.perf_counter()
+                    if i >= 10:
+                        steps["merge_ms"].append((t1 - t0) * 1e3)
+                        steps["counter_update_ms"].append((t2 - t1) * 1e3)
+                        steps["commit_ms"].append((t4 - t3) * 1e3)
+                files = con.execute("SELECT count(*) FROM __ducklake_metadata_lake."
+                                    "ducklake_data_file").fetchone()
+                con.close()
+            key = f"round{r}_{'inlined' if inlined else 'files'}"
+            out[key] = {k: statistics.median(v) for k, v in steps.items()}
+            out[key]["data_files"] = int(files[0]) if files else 0
+            out[key]["load_avg_1m"] = os.getloadavg()[0]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the figures, print and save them."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -174,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     with pg_database(args.pg, "stepsc") as dsn:
         out["concurrent"] = concurrent(f"postgres:{dsn}", root / "lake_c", args.clients,
                                        args.seconds)
+    out["inlining"] = inlining(args.pg, root)
     out["load_avg_1m_end"] = os.getloadavg()[0]
+    for key, fig in out["inlining"].items():
+        print(f"[inlining {key}] " + ", ".join(f"{k} {v:,.2f}" for k, v in fig.items()))
     for name in ("sequential", "concurrent"):
         fig = out[name]
         print(f"[{name}] " + ", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v}"

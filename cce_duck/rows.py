@@ -196,7 +196,9 @@ class TurnRows:
         the caller's transaction."""
         if not self.turns:
             return
-        if turns:
+        if turns and store.lake is not None:
+            store.q("insert_turn_lists", {c: [t[c] for t in self.turns] for c in TURN_SCHEMA.names})
+        elif turns:
             run_with(store, "insert_turns",
                      _b_turns=pa.Table.from_pylist(self.turns, schema=TURN_SCHEMA))
         if not derived:

@@ -24,6 +24,17 @@ WHEN MATCHED THEN UPDATE SET
 -- where the counter row may lag the turn rows: numbers never go back).
 UPDATE main.sessions SET next_turn = $next WHERE session_id = $sid AND next_turn < $next;
 
+-- name: insert_turn_lists
+-- Append turns given as one list per column (a lake's acknowledgement commit: binding lists
+-- costs less there than registering an Arrow table, which is a catalog lookup in the
+-- transaction).
+INSERT INTO main.turns (session_id, turn_no, role, speaker, content, ts, tokens, n_terms,
+    content_hash, micro, note_id, message_id)
+SELECT unnest($session_id::VARCHAR[]), unnest($turn_no::INTEGER[]), unnest($role::VARCHAR[]),
+    unnest($speaker::VARCHAR[]), unnest($content::VARCHAR[]), unnest($ts::TIMESTAMP[]),
+    unnest($tokens::INTEGER[]), unnest($n_terms::INTEGER[]), unnest($content_hash::UBIGINT[]),
+    unnest($micro::VARCHAR[]), unnest($note_id::BIGINT[]), unnest($message_id::VARCHAR[]);
+
 -- name: insert_sessions
 -- Create sessions from _b_sessions (an acknowledgement commit creates the sessions it starts;
 -- the later commit of derived rows moves their counters with upsert_sessions).

@@ -215,12 +215,7 @@ class Writer:
         """
         if self.store.read_only:  # nothing would ever store them: refuse, do not drop
             raise CCEError("this store is open read-only; open it without read_only to write")
-        if self._lake:  # the expensive part of a turn's rows, before any lock is taken
-            if len(self._analysed) > ANALYSED_MAX:
-                self._analysed.clear()
-            for m in messages:
-                self._analysed[(m.content, m.speaker)] = analyse_text(
-                    self.store.embedder, self.config, m.content, m.speaker)
+        self.analyse(messages)  # the expensive part of their rows, before any lock is taken
         coord = self.store.coordinator
         if coord is None:
             with self.group.arriving() if self._lake else nullcontext():
@@ -235,6 +230,18 @@ class Writer:
         if not ticket:
             self._unlease(session_id)
         return numbers, ticket
+
+    def analyse(self, messages: Sequence[Message]) -> None:
+        """On a lake: analyse the messages' text (terms, vectors) now, without a lock, for the
+        commit that will store them (elsewhere nothing: the journal's flush derives them)."""
+        if not self._lake:
+            return
+        if len(self._analysed) > ANALYSED_MAX:
+            self._analysed.clear()
+        for m in messages:
+            if (m.content, m.speaker) not in self._analysed:
+                self._analysed[(m.content, m.speaker)] = analyse_text(
+                    self.store.embedder, self.config, m.content, m.speaker)
 
     def _unlease(self, session_id: str) -> None:
         with self._lock:

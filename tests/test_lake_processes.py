@@ -216,9 +216,13 @@ def test_three_processes_killed_twenty_times_lose_and_repeat_nothing(
             "(SELECT count(DISTINCT (session_id, turn_no)) FROM main.message_vectors) AS turned, "
             "(SELECT count(*) - count(DISTINCT (session_id, turn_no, term)) FROM main.postings) "
             "AS posted_twice").rows()[0]
+        missing = eng.sql(
+            "SELECT t.session_id, t.turn_no, t.note_id, t.message_id FROM main.turns AS t "
+            "ANTI JOIN main.message_vectors AS m USING (session_id, turn_no) ORDER BY ALL").rows()
     finally:
         eng.close()
-    assert derived[0] == derived[1] == derived[2], f"turns, vectors, turns with vectors: {derived}"
+    assert derived[0] == derived[1] == derived[2], (
+        f"turns, vectors, turns with vectors: {derived}; without vectors: {missing}")
     assert derived[3] == 0, "a posting was written twice"
     turns = [(str(s), int(n)) for s, n, _ in rows]
     assert len(turns) == len(set(turns)), "a turn number was given twice"

@@ -45,9 +45,11 @@ def is_conflict(exc: BaseException) -> bool:
 class Coordinator:
     """Leases, change feed and commit stamps of one process on one shared lake."""
 
-    def __init__(self, catalog: str, namespace: str) -> None:
+    def __init__(self, catalog: str, namespace: str, *, read_only: bool = False) -> None:
         dsn = catalog[len(PG_PREFIX):] if catalog.startswith(PG_PREFIX) else catalog
         self.link = CatalogLink(dsn)
+        if not read_only and not self.link.run("fence_installed")[0][0]:
+            self.link.script("fence_install")  # (see sql/catalog_pg.sql: the turn fence)
         self.leases = Leases(self.link, namespace, linger_s=LINGER_S)
         self.commit_lock = CommitLock(CatalogLink(dsn), namespace)
         self.feed = ChangeFeed(self.link)  # (an unreachable catalog raises here, at open)
@@ -107,6 +109,10 @@ class Coordinator:
         author, message, extra = self.feed.stamp(sessions, info)
         con.execute(query("stamp_commit", "lake.sql"),
                     {"author": author, "message": message, "extra": extra})
+
+    def forget_turns(self, session_ids: Iterable[str]) -> None:
+        """Sessions were deleted: their turn numbers may start at 0 again (the turn fence)."""
+        self.link.run("fence_forget", {"sids": sorted(set(session_ids))})
 
     def committing(self) -> AbstractContextManager[None]:
         """Hold the lake's commit lock around one write transaction."""

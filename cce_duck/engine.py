@@ -87,7 +87,8 @@ class Engine(ManagementMixin):
         try:
             lake = self.store.lake
             if lake is not None and lake.shared:
-                self.store.coordinator = Coordinator(lake.catalog, str(lake.data_path))
+                self.store.coordinator = Coordinator(lake.catalog, str(lake.data_path),
+                                                     read_only=read_only)
                 self.store.coordinator.on_changes = self._foreign
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)

@@ -96,6 +96,8 @@ def erase(store: Store, what: Erasure) -> dict[str, int]:
         finish(store)  # one that failed earlier in this process first: its intent is replaced
         folder.write_intent(data_dir, store.journal_codec.encode(what.record()))
     counts = _delete(store, what)
+    if what.turns is None and store.coordinator is not None:
+        store.coordinator.forget_turns(what.sessions)  # (a new session may start at turn 0)
     if data_dir is not None:
         _finish_files(store, data_dir, what)
     elif store.lake is not None:

@@ -115,6 +115,18 @@ class CatalogLink:
                 self._drop()
                 raise self.unreachable(exc) from None
 
+    def script(self, name: str) -> None:
+        """Run the named block of ``sql/catalog_pg.sql`` as one script of several statements
+        (no parameters)."""
+        sql = query(name, "catalog_pg.sql").replace("{schema}", _ident(self.schema))
+        with self._lock:
+            con = self._connect()
+            try:
+                con.execute(sql)
+            except self._psycopg.OperationalError as exc:
+                self._drop()
+                raise self.unreachable(exc) from None
+
     def _drop(self) -> None:
         con, self._con = self._con, None
         if con is not None:

@@ -223,3 +223,35 @@ def test_killed_between_the_two_commits_nothing_is_lost(pg_lake: LakeSpec) -> No
         assert retry == 3  # (a retry of an acknowledged message: its number, nothing stored)
         assert restarted.add_message(SID, "user", "the last one") == 14
         assert _counts(restarted)["turns"] == 15
+
+
+def test_the_catalog_refuses_a_turn_number_given_twice(pg_lake: LakeSpec) -> None:
+    """The turn fence (sql/catalog_pg.sql): a commit of a process that numbered turns without
+    seeing another process's commit (a commit of a killed process can land after the session's
+    lease passed on) is refused inside the catalog, and never acknowledged."""
+    from cce_duck.changefeed import Changes
+    from cce_duck.errors import StorageError
+
+    a, b = _engine(pg_lake), _engine(pg_lake)
+    try:
+        assert a.add_message(SID, "user", "first") == 0
+        time.sleep(0.2)  # (a's lease is given back)
+        assert [b.add_message(SID, "user", f"from b {i}") for i in (1, 2)] == [1, 2]
+        time.sleep(0.2)
+        coord = a.store.coordinator
+        assert coord is not None
+        poll = coord.feed.poll
+        coord.feed.poll = lambda: Changes()  # type: ignore[method-assign]  # b's commits unseen
+        try:
+            with pytest.raises(StorageError):
+                a.add_message(SID, "user", "numbered 1 again")
+        finally:
+            coord.feed.poll = poll  # type: ignore[method-assign]
+        assert a.add_message(SID, "user", "after the refusal") == 3
+        rows = a.sql("SELECT turn_no, content FROM turns WHERE session_id = 's1' ORDER BY 1").rows()
+        assert rows == [(0, "first"), (1, "from b 1"), (2, "from b 2"), (3, "after the refusal")]
+        b.delete_session(SID)  # a deleted session starts again at 0: the fence forgets it
+        assert b.add_message(SID, "user", "a new session") == 0
+    finally:
+        a.close()
+        b.close()

@@ -1,7 +1,8 @@
 """The write path: journal every message as it arrives, then store batches in one transaction.
 
 (On a lake there is no journal: a message is acknowledged once its turn row is committed, and
-what is derived from it follows in a later commit; see :mod:`cce_duck.backlog`.)
+what is derived from it follows in a later commit; see :mod:`cce_duck.backlog` and
+:mod:`cce_duck.lakecommits`.)
 
 A DuckDB commit costs about a millisecond however small it is, so a message is first appended
 to ``journal.jsonl`` in the data folder (:mod:`cce_duck.journal`: synced to disk before the call
@@ -25,12 +26,11 @@ from contextlib import nullcontext, suppress
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from cce_duck import backlog, clock, ranking, topics
+from cce_duck import backlog, clock, topics
 from cce_duck.allocator import release_free_memory
-from cce_duck.backlog import Backlog, Waiting
+from cce_duck.backlog import Backlog
 from cce_duck.config import Config
 from cce_duck.derived import write_notes
 from cce_duck.embedders.base import Matrix
@@ -38,6 +38,7 @@ from cce_duck.errors import CCEError, ConflictError, StorageError
 from cce_duck.folder import JOURNAL_FILE
 from cce_duck.groupcommit import GroupCommit
 from cce_duck.journal import Journal
+from cce_duck.lakecommits import LakeCommits
 from cce_duck.messages import Message
 from cce_duck.rows import (
     Flushed,
@@ -45,7 +46,6 @@ from cce_duck.rows import (
     TurnRows,
     analyse_text,
     content_hash,
-    int8_rows,
     registered,
     vectors_of,
 )
@@ -63,8 +63,6 @@ LAKE_DF_SESSIONS = 16  # the same on a lake, where a query is a round of catalog
 LAKE_ID_SESSIONS = 64  # sessions whose client message ids a lake writer keeps in memory
 ANALYSED_MAX = 4096  # analyses made ahead of a lake commit kept at most (a call that failed
 # after making them leaves them behind)
-LAKE_NOTE_IDS = 256  # note ids a lake writer reserves at once (a counter update is a round of
-# catalog work; ids are unique across processes, a process that stops leaves a gap)
 
 
 class Writer:
@@ -115,6 +113,7 @@ class Writer:
         self._settled: list[str] = []
         #: On a lake: derived rows of acknowledged turns, until their own commit.
         self.backlog = Backlog(config.derive_after_s)
+        self._commits = LakeCommits(self)  # (a lake's flushes: cce_duck.lakecommits)
         #: Sessions this process knows have no row in ``sessions`` yet (a lake's
         #: acknowledgement commit creates them).
         self._new: set[str] = set()
@@ -562,7 +561,8 @@ class Writer:
             return
         upto = self.group.cut()
         try:
-            self._flush_lake(finish or set(), hot_too=hot_too, counts=counts, derived=derived)
+            self._commits.flush(finish or set(), hot_too=hot_too, counts=counts,
+                                derived=derived)
         except BaseException as exc:
             if self._buffer:  # never acknowledged: dropped, with what was derived from them
                 self._buffer = []
@@ -576,189 +576,6 @@ class Writer:
                 self._settle(upto, exc)
             raise
         self._settle(upto)
-
-    def _flush_lake(self, finish: set[str], *, hot_too: bool, counts: bool,
-                    derived: bool) -> None:
-        """A lake's flush: the buffered messages' turn rows (with the ``sessions`` rows of new
-        sessions) and, when ``derived``, every derived row waiting in :attr:`backlog` with the
-        notes that compress pending turns, all in one transaction. Without ``derived`` the
-        turn rows alone are committed (an acknowledgement) and their derived rows wait."""
-        if self.store.failure is not None or self._recoveries != self.store.recoveries:
-            self._recover()
-        if derived and self.backlog.scan_due:  # once: turns another process left underived
-            self.backlog.adopt(backlog.underived_sessions(self.store))
-            self.backlog.scan_due = False
-        work = derived and bool(self.backlog or finish or (counts and self._retrieved))
-        if not self._buffer and not work:
-            return
-        sessions, rows = self._prepare() if self._buffer else ({}, TurnRows())
-        new = sorted(s for s in sessions if s in self._new)
-        before = self.store.generation
-        self._fresh = []
-        self.flushed = Flushed(rows, dict(sessions), clock.now(),
-                               raw_dropped=not self.config.keep_raw_turns)
-        taken = self.backlog.take() if work else None
-        self.store.writing = set(sessions) | finish
-        self.store.commit_info = {"kind": "derived" if work else "ack"}
-        if rows.turns:
-            self.store.commit_info["turns"] = {sid: [min(t["turn_no"] for t in rows.turns
-                                                         if t["session_id"] == sid), n - 1]
-                                               for sid, n in sessions.items()}
-        touched: set[str] = set()
-        note_ids = list(self._note_ids)
-        try:  # (the commit lock is taken inside: derived rows are checked against the lake)
-            with self.store.transaction() as con:
-                if rows.turns:
-                    if new:
-                        self._insert_sessions(con, sessions, new)
-                    rows.insert(self.store, derived=False)
-                if taken is not None:
-                    touched = self._derive(con, rows, sessions, taken, finish, hot_too=hot_too)
-        except BaseException:
-            self._note_ids = note_ids
-            if taken is not None:
-                for sid in taken.sessions | set(sessions) | finish:
-                    self.forget_stats(sid)  # (term statistics counted rolled-back rows)
-                self.backlog.restore(taken)
-            self._fresh = []
-            self.flushed = None
-            raise
-        self._new.difference_update(new)
-        for t in rows.turns:
-            ids = self._id_cache.get(t["session_id"]) if t["message_id"] is not None else None
-            if ids is not None:
-                ids[t["message_id"]] = (t["turn_no"], t["role"], t["content_hash"])
-        if rows.turns and taken is None:
-            self.backlog.add(rows, sessions)
-            self._start_flusher()
-        self._buffer = []
-        self._rows, self._rows_n = TurnRows(), 0
-        self._planned = []
-        self._ids.clear()
-        if len(rows.turns) >= self.config.flush_every:
-            release_free_memory()
-        try:
-            if self._fresh:
-                self._summarise()
-        finally:
-            if self.on_flush is not None:
-                self.on_flush(before, self.store.generation, set(sessions) | finish | touched)
-
-    def _take_note_ids(self, n: int) -> list[int]:
-        """``n`` note ids: those this process reserved before, and when they do not suffice a
-        new reservation of at least :data:`LAKE_NOTE_IDS` in the running transaction (the
-        flush puts the pool back as it was when the transaction fails)."""
-        if len(self._note_ids) < n:
-            self._note_ids += [int(r[0]) for r in self.store.q(
-                "next_note_ids", {"n": max(n - len(self._note_ids), LAKE_NOTE_IDS)}).fetchall()]
-        out, self._note_ids = self._note_ids[:n], self._note_ids[n:]
-        return out
-
-    def _insert_sessions(self, con: Any, sessions: dict[str, int], new: list[str]) -> None:
-        now = self.flushed.updated_at if self.flushed is not None else clock.now()
-        with registered(con, _b_sessions=pa.table({
-                "session_id": new, "created_at": [now] * len(new),
-                "updated_at": [now] * len(new),
-                "next_turn": pa.array([sessions[s] for s in new], pa.int32()),
-                "user_id": pa.array([self._users.get(s) for s in new], pa.string())})):
-            self.store.q("insert_sessions")
-
-    def _derive(self, con: Any, fresh: TurnRows, fresh_next: dict[str, int], taken: Waiting,
-                finish: set[str], *, hot_too: bool) -> set[str]:
-        """Inside a lake flush's transaction (holding the lake's commit lock): the derived rows
-        of the turns ``taken`` from the backlog and of ``fresh`` (turn rows this transaction
-        inserted), written only for turns stored unchanged and still without them; the turns of
-        those sessions that another process acknowledged without deriving them, once they left
-        the hot window (or all, for the sessions ``taken.adopt`` names); the sessions' counter
-        rows; retrieval counts; notes for pending turns. Returns the sessions it changed."""
-        cfg = self.config
-        cands: dict[tuple[str, int], tuple[TurnRows, int]] = {}
-        for src in (taken.rows, fresh):
-            for i, t in enumerate(src.turns):
-                cands[(t["session_id"], t["turn_no"])] = (src, i)
-        nexts = dict(taken.next_turn)
-        for sid, n in fresh_next.items():
-            nexts[sid] = max(nexts.get(sid, 0), n)
-        sids = set(nexts) | {s for s, _ in cands} | taken.adopt | finish
-        found = backlog.uncompressed(self.store, sids) if sids else {}
-        out = TurnRows()
-        pending: dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]] = {}
-        counters: dict[str, int] = {}
-        for sid in sorted(found):
-            srows = found[sid]
-            nxt = max(srows[-1]["turn_no"] + 1, nexts.get(sid, 0))
-            before = nxt - (0 if hot_too and sid in finish else cfg.hot_tier_max_turns)
-            rows_, vecs = [], []
-            for r in srows:
-                vec = r["vector"]
-                if vec is None:
-                    cand = cands.get((sid, r["turn_no"]))
-                    if cand is not None and _same(cand[0].turns[cand[1]], r):
-                        out.copy_turn(*cand)
-                    elif sid in taken.adopt or sid in finish or r["turn_no"] < before:
-                        out.add(self.store.embedder, cfg, sid, r["turn_no"], r["role"],
-                                r["speaker"], r["content"], r["ts"], micro=r["micro"],
-                                tokens=r["tokens"], message_id=r["message_id"])
-                    else:
-                        continue  # another process's turn, still hot: left to it for now
-                    vec = int8_rows(out.mvec[-1])[0]
-                if r["turn_no"] < before:
-                    r["content"] = r["content"] if r["content"] is not None else r["micro"]
-                    rows_.append(r)
-                    vecs.append(vec)
-            counters[sid] = nxt
-            pending[sid] = (rows_, vecs)
-        for sid, n in nexts.items():  # (its turns may be gone: the counter still moves)
-            counters[sid] = max(counters.get(sid, 0), n)
-        self.store.writing = (self.store.writing or set()) | set(counters)
-        out.insert(self.store, turns=False)
-        for sid in counters:
-            if sid in self._df:  # term statistics follow the postings just written
-                df, docs = self._df[sid]
-                df.update(p[1] for p in out.post if p[0] == sid)
-                self._df[sid] = (df, docs + sum(1 for t in out.turns if t["session_id"] == sid))
-        if counters:
-            now = self.flushed.updated_at if self.flushed is not None else clock.now()
-            with registered(con, _b_sessions=pa.table({
-                    "session_id": list(counters), "updated_at": [now] * len(counters),
-                    "next_turn": pa.array(list(counters.values()), pa.int32())})):
-                self.store.q("advance_sessions")
-        if self._retrieved:
-            self._bump(con)
-        self._compress_many(con, {sid: p for sid, p in pending.items()
-                                  if p[0] and (sid in finish or len(p[0]) >= cfg.live_batch_turns)},
-                            finish)
-        return set(counters)
-
-    def _compress_many(self, con: Any,
-                       pending: dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]],
-                       finish: set[str]) -> None:
-        """Notes for the closed topics of several sessions' pending turns (rows with their int8
-        vectors), with one reservation of note ids, one insert and one update of the turns
-        they compress: on a lake each statement is a round of catalog work."""
-        scale = float(ranking.spec().vector_scale)
-        plans = []
-        for sid in sorted(pending):
-            rows, vecs = pending[sid]
-            mat = (np.vstack(vecs).astype(np.float32) / scale).astype(np.float32)
-            turns = [topics.TopicTurn(r["turn_no"], r["role"], r["speaker"], r["content"] or "",
-                                      r["ts"]) for r in rows]
-            groups = self.topics_to_write(turns, mat, finish=sid in finish)
-            if groups:
-                plans.append((sid, turns, [int(r["tokens"]) for r in rows], mat, groups))
-        if not plans:
-            return
-        total = sum(len(p[4]) for p in plans)
-        ids = self._take_note_ids(total)
-        notes: list[dict[str, Any]] = []
-        mapping: list[tuple[str, int, int]] = []
-        for sid, turns, tokens, mat, groups in plans:
-            df, n_docs = self._term_df(sid)
-            part, ids = ids[:len(groups)], ids[len(groups):]
-            n, m = self._notes_of(sid, turns, tokens, mat, groups, df, n_docs, part)
-            notes += n
-            mapping += m
-        self._store_notes(con, notes, mapping)
 
     def _flush_tables(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
         if self.store.failure is not None or self._recoveries != self.store.recoveries:
@@ -1025,12 +842,6 @@ class Writer:
         if self.journal is not None:
             self.journal.close()
 
-
-def _same(turn: dict[str, Any], stored: dict[str, Any]) -> bool:
-    """Whether a turn row this process committed is the stored one (not erased and written
-    again, nor corrected, since)."""
-    return bool(turn["content_hash"] == stored["content_hash"]
-                and turn["speaker"] == stored["speaker"] and turn["role"] == stored["role"])
 
 
 def _header(note: dict[str, Any]) -> dict[str, Any]:

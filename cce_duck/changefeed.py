@@ -24,6 +24,7 @@ import socket
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from cce_duck.leases import CatalogLink
 
@@ -60,10 +61,15 @@ class ChangeFeed:
         rows = link.run("feed_head")
         self.seen = int(rows[0][0]) if rows else -1
 
-    def stamp(self, sessions: Iterable[str] | None) -> tuple[str, str, str]:
+    def stamp(self, sessions: Iterable[str] | None, info: dict[str, Any] | None = None
+              ) -> tuple[str, str, str]:
         """``(author, message, extra_info)`` for a commit that wrote ``sessions`` (``None``: it
-        may have changed anything)."""
-        extra = {"all": True} if sessions is None else {"sessions": sorted(set(sessions))}
+        may have changed anything); ``info`` adds what kind of commit it is (``{"kind":
+        "ack"}``: turn rows, ``"derived"``: rows derived from them; see
+        :mod:`cce_duck.backlog`)."""
+        extra: dict[str, Any] = {"all": True} if sessions is None else {
+            "sessions": sorted(set(sessions))}
+        extra.update(info or {})
         return self.token, MESSAGE, json.dumps(extra, separators=(",", ":"))
 
     def poll(self) -> Changes:

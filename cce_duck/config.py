@@ -46,6 +46,7 @@ _ENV: dict[str, str] = {
     "export_dir": "CCE_EXPORT_DIR",
     "catalog": "CCE_CATALOG",
     "data_path": "CCE_DATA_PATH",
+    "derive_after_s": "CCE_DERIVE_AFTER_S",
 }
 
 SUMMARISERS = ("extractive", "llm")
@@ -119,6 +120,10 @@ class Config:
             ``data_dir`` is ``None`` then. See ``docs/lake.md``.
         data_path: Folder of a lake's Parquet files (required with a PostgreSQL catalog; for a
             local catalog it defaults to ``<catalog>.files/``).
+        derive_after_s: On a lake, a message is acknowledged once its turn row is committed;
+            its vectors, postings and the notes that compress pending turns follow in a later
+            commit, this many seconds after the oldest of them waits (or sooner when many
+            wait, or before a read that needs them). See ``docs/scale.md``.
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -153,6 +158,7 @@ class Config:
     export_dir: Path | None = None
     catalog: str | None = field(default=None, repr=False)  # a PostgreSQL DSN may hold a password
     data_path: Path | None = None
+    derive_after_s: float = 2.0
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
@@ -174,6 +180,9 @@ class Config:
             raise ValidationError("config topic_threshold must be within [-1, 1]")
         if self.topic_gap_minutes <= 0:
             raise ValidationError("config topic_gap_minutes must be > 0")
+        d = self.derive_after_s
+        if isinstance(d, bool) or not isinstance(d, int | float) or not 0 <= d < float("inf"):
+            raise ValidationError(f"config derive_after_s must be a number >= 0, got {d!r}")
         if self.encryption_key is not None and (
                 not isinstance(self.encryption_key, str) or not self.encryption_key):
             raise ValidationError("config encryption_key must be a non-empty string or None")

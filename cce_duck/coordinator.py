@@ -25,7 +25,7 @@ from typing import Any
 
 from cce_duck.changefeed import ChangeFeed, Changes
 from cce_duck.errors import StorageError
-from cce_duck.leases import CatalogLink, CommitLock, Leases
+from cce_duck.leases import LINGER_S, CatalogLink, CommitLock, Leases
 from cce_duck.sqlfiles import query
 
 __all__ = ["PG_PREFIX", "Coordinator", "is_conflict"]
@@ -45,10 +45,12 @@ def is_conflict(exc: BaseException) -> bool:
 class Coordinator:
     """Leases, change feed and commit stamps of one process on one shared lake."""
 
-    def __init__(self, catalog: str, namespace: str) -> None:
+    def __init__(self, catalog: str, namespace: str, *, read_only: bool = False) -> None:
         dsn = catalog[len(PG_PREFIX):] if catalog.startswith(PG_PREFIX) else catalog
         self.link = CatalogLink(dsn)
-        self.leases = Leases(self.link, namespace)
+        if not read_only and not self.link.run("fence_installed")[0][0]:
+            self.link.script("fence_install")  # (see sql/catalog_pg.sql: the turn fence)
+        self.leases = Leases(self.link, namespace, linger_s=LINGER_S)
         self.commit_lock = CommitLock(CatalogLink(dsn), namespace)
         self.feed = ChangeFeed(self.link)  # (an unreachable catalog raises here, at open)
         #: Called with what other processes changed (under this object's lock).
@@ -94,19 +96,23 @@ class Coordinator:
 
     def release(self, session_ids: Iterable[str]) -> None:
         """A write of these sessions is settled (committed or failed)."""
-        for sid in session_ids:
-            self.leases.release(sid)
+        self.leases.release_many(session_ids)
 
-    def stamp(self, con: Any, sessions: Iterable[str] | None) -> None:
+    def stamp(self, con: Any, sessions: Iterable[str] | None,
+              info: dict[str, Any] | None = None) -> None:
         """Before ``COMMIT``: check that the leases this process holds among ``sessions`` (those
         whose messages it numbered) are still held, and stamp the commit with ``sessions``
-        (``None``: a commit that may change anything)."""
+        (``None``: a commit that may change anything) and ``info``."""
         if sessions is not None:
             sessions = sorted(set(sessions))
             self.leases.check(set(sessions) & self.leases.held())
-        author, message, extra = self.feed.stamp(sessions)
+        author, message, extra = self.feed.stamp(sessions, info)
         con.execute(query("stamp_commit", "lake.sql"),
                     {"author": author, "message": message, "extra": extra})
+
+    def forget_turns(self, session_ids: Iterable[str]) -> None:
+        """Sessions were deleted: their turn numbers may start at 0 again (the turn fence)."""
+        self.link.run("fence_forget", {"sids": sorted(set(session_ids))})
 
     def committing(self) -> AbstractContextManager[None]:
         """Hold the lake's commit lock around one write transaction."""
@@ -119,5 +125,6 @@ class Coordinator:
 
     def close(self) -> None:
         """Close the catalog connection (its leases go with it)."""
+        self.leases.close()
         self.link.close()
         self.commit_lock.link.close()

@@ -87,7 +87,8 @@ class Engine(ManagementMixin):
         try:
             lake = self.store.lake
             if lake is not None and lake.shared:
-                self.store.coordinator = Coordinator(lake.catalog, str(lake.data_path))
+                self.store.coordinator = Coordinator(lake.catalog, str(lake.data_path),
+                                                     read_only=read_only)
                 self.store.coordinator.on_changes = self._foreign
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
@@ -321,14 +322,17 @@ class Engine(ManagementMixin):
                 raise NotFoundError(f"unknown session {sid!r}")
         return sid
 
-    def _store_pending(self, *, counts: bool = False) -> None:
-        """Before a read: store what is journaled (and with ``counts`` the retrieval counts).
-        Without the write lock when nothing waits, so reads do not queue behind writes."""
+    def _store_pending(self, *, counts: bool = False, derived: bool = True) -> None:
+        """Before a read: store what is journaled (and with ``counts`` the retrieval counts;
+        on a lake with ``derived`` the derived rows of acknowledged turns, for reads of the
+        tables that hold them). Without the write lock when nothing waits, so reads do not
+        queue behind writes."""
         if self.store.read_only:
             return
         w = self.writer
-        if w.pending_count() or self.store.failure is not None or (counts and w.counts_waiting()):
-            w.flush(counts=counts)
+        if (w.pending_count() or self.store.failure is not None or (counts and w.counts_waiting())
+                or (derived and w.backlog_count())):
+            w.flush(counts=counts, derived=derived)
 
     def _request(self, sid: str, query: str, max_tokens: int | None, top_k: int | None,
                  since: datetime | str | None, until: datetime | str | None,
@@ -380,14 +384,14 @@ class Engine(ManagementMixin):
             batch_turns=self.config.live_batch_turns, topics_to_write=self.writer.topics_to_write,
             plan_notes=lambda *a: self.writer.plan_notes(sid, *a))
         if index is None:
-            self.writer.flush()
+            self.writer.flush(derived=False)  # (the index holds a lake's derived rows already)
         return index
 
     def user_sessions(self, user_id: str) -> list[str]:
         """The user's sessions in time order (of their first turn); raises
         :class:`NotFoundError` for a user no session belongs to."""
         uid = validate_user_id(user_id)
-        self._store_pending()
+        self._store_pending(derived=False)
         generation = self.store.generation
         memo = self._user_sessions.get(uid)
         if memo is not None and memo[0] == generation:  # no write since: the same order
@@ -404,7 +408,7 @@ class Engine(ManagementMixin):
     def users(self) -> pl.DataFrame:
         """Every user with how many sessions and turns they have and their first and last turn's
         time."""
-        self._store_pending()
+        self._store_pending(derived=False)
         with self.store.reading():
             return self.store.frame("users")
 
@@ -586,7 +590,7 @@ class Engine(ManagementMixin):
         (``keep_raw_turns=False``) gives its one-line summary."""
         sid = validate_session_id(session_id)
         if not self.store.read_only:
-            self.writer.flush()
+            self.writer.flush(derived=False)  # (turn rows only)
         cur = self.store.q("session_history", {"sid": sid})
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
@@ -595,7 +599,7 @@ class Engine(ManagementMixin):
         """Text of the session's latest user message (``None`` if it has none or is unknown)."""
         sid = validate_session_id(session_id)
         if not self.store.read_only:
-            self.writer.flush()
+            self.writer.flush(derived=False)  # (turn rows only)
         row = self.store.q("latest_user_message", {"sid": sid}).fetchone()
         return None if row is None else str(row[0])
 

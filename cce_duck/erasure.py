@@ -96,6 +96,8 @@ def erase(store: Store, what: Erasure) -> dict[str, int]:
         finish(store)  # one that failed earlier in this process first: its intent is replaced
         folder.write_intent(data_dir, store.journal_codec.encode(what.record()))
     counts = _delete(store, what)
+    if what.turns is None and store.coordinator is not None:
+        store.coordinator.forget_turns(what.sessions)  # (a new session may start at turn 0)
     if data_dir is not None:
         _finish_files(store, data_dir, what)
     elif store.lake is not None:
@@ -137,6 +139,8 @@ def _delete(store: Store, what: Erasure) -> dict[str, int]:
         return counts
     with store.transaction():
         store.q("erase_llm_cache")
+        if store.lake is not None and what.turns:  # numbers never go back (see backlog)
+            store.q("advance_session", {"sid": sid, "next": max(what.turns) + 1})
         run_script(store, "forget_rows", {"sid": sid, "notes": csv(what.notes) or "-1",
                                           "turns": csv(what.turns) or "-1"})
         if store.q("session_row", {"sid": sid}).fetchone() is not None:

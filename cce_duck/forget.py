@@ -33,6 +33,8 @@ def turn_range(store: Store, sid: str, turns: object) -> tuple[int, int]:
     if first > last:
         raise ValidationError(f"turn range {first}-{last} is out of order (first > last)")
     next_turn = int(store.q("session_row", {"sid": sid}).fetchone()[2])
+    if store.lake is not None:  # (the counter row may lag the turn rows there)
+        next_turn = max(next_turn, int(store.q("session_next_turn", {"sid": sid}).fetchone()[0]))
     if last >= next_turn:
         raise ValidationError(
             f"turn range {first}-{last} is out of bounds: session {sid!r} has turns 0-{next_turn - 1}"

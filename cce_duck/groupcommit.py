@@ -8,6 +8,13 @@ the waiter leads one, which stores everything buffered so far, its own rows and 
 call that arrived meanwhile; the others wait for it, or lead the next. Under load a commit
 carries the rows of all the calls that arrived during the one before.
 
+A leader first gathers: it waits up to :data:`GATHER_S` for calls already inside the writer,
+and, when recent commits carried several calls' rows (concurrent writers), up to
+:data:`GATHER_MAX_S` until as many rows wait as the fullest of the last :data:`RECENT`
+commits carried: the writers whose rows the previous commit carried are sending their next
+ones, and one commit for all of them costs about what one commit for a few does. A lone writer
+(every recent commit carried one row) never waits.
+
 A commit that fails fails every call it covered (none of them was stored: the writer drops
 their rows), and the calls that arrive after it lead a new one.
 """
@@ -16,14 +23,19 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["GATHER_S", "GroupCommit"]
+__all__ = ["GATHER_MAX_S", "GATHER_S", "RECENT", "GroupCommit"]
 
 #: A leader waits at most this long for calls that are about to join its commit.
 GATHER_S = 0.002
+#: ... and at most this long for as many rows as recent commits carried.
+GATHER_MAX_S = 0.010
+#: Commits whose sizes set that goal.
+RECENT = 16
 
 
 @dataclass
@@ -43,6 +55,7 @@ class GroupCommit:
         self._leading = False
         self._arriving = 0   # calls between entering the writer and taking their ticket
         self._failed: list[_Failed] = []
+        self._recent: deque[int] = deque(maxlen=RECENT)  # rows the last commits carried
         #: Commits made and the tickets they carried (their ratio: rows per commit).
         self.commits = 0
         self.carried = 0
@@ -65,6 +78,7 @@ class GroupCommit:
         """The ticket of ``count`` rows just buffered (with the writer's buffer lock held)."""
         with self._cond:
             self._issued += count
+            self._cond.notify_all()  # (a gathering leader counts the rows that wait)
             return self._issued
 
     def cut(self) -> int:
@@ -83,6 +97,7 @@ class GroupCommit:
                 else:
                     self.commits += 1
                     self.carried += cut - self._done
+                    self._recent.append(cut - self._done)
                 self._done = cut
             self._cond.notify_all()
 
@@ -120,11 +135,19 @@ class GroupCommit:
         self.wait(ticket, commit)  # covered now (or failed), unless it arrived after the cut
 
     def _gather(self) -> None:
-        """Give calls already inside the writer a moment to buffer their rows."""
-        deadline = time.monotonic() + GATHER_S
+        """Give calls already inside the writer a moment to buffer their rows, and concurrent
+        writers the time to send their next ones (see the module docstring)."""
+        start = time.monotonic()
         with self._cond:
-            while self._arriving and time.monotonic() < deadline:
-                self._cond.wait(max(deadline - time.monotonic(), 0.0))
+            goal = max(self._recent, default=1)
+            while True:
+                now = time.monotonic()
+                if self._arriving and now < start + GATHER_S:
+                    self._cond.wait(start + GATHER_S - now)
+                elif goal > 1 and self._issued - self._done < goal and now < start + GATHER_MAX_S:
+                    self._cond.wait(start + GATHER_MAX_S - now)
+                else:
+                    return
 
     @property
     def per_commit(self) -> float:

@@ -43,7 +43,7 @@ from threadpoolctl import ThreadpoolController
 from cce_duck import ranking
 from cce_duck.embedders.base import Matrix
 from cce_duck.errors import NotFoundError
-from cce_duck.rows import Flushed, quantized
+from cce_duck.rows import Flushed, int8_rows
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, query_terms
@@ -54,6 +54,8 @@ __all__ = ["Hit", "IndexCache", "JoinedIndex", "SessionIndex", "retrieve_across"
 Hit = dict[str, Any]
 TopicRule = Callable[[list[TopicTurn], Matrix], list[list[int]]]
 #: Compresses closed topics in memory: (turns, their tokens, vectors, topics) -> what to take in
+#: Derives the rows of stored turns that have none yet: (message vectors, sentences, postings).
+Derive = Callable[[pa.Table], tuple[pa.Table, pa.Table, pa.Table]]
 NotePlan = Callable[[list[TopicTurn], list[int], Matrix, list[list[int]]], Flushed | None]
 _ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
 
@@ -288,18 +290,32 @@ class SessionIndex:
             pins = [t for _, t in sorted(store.q("pin_texts", {"sid": sid}).fetchall())]
         finally:
             sents, post = side.result()  # (also waited for when the reads above fail)
-        return cls.from_tables(key, store.dim, turns, mv, sents, post, notes, pins)
+        return cls.from_tables(key, store.dim, turns, mv, sents, post, notes, pins,
+                               derive=store.derive_missing)
 
     @classmethod
     def from_tables(cls, key: tuple[Any, ...], dim: int, turns: pa.Table, mv: pa.Table,
                     sents: pa.Table, post: pa.Table, notes: dict[int, dict[str, Any]],
-                    pins: list[str]) -> SessionIndex:
-        """The index of one session from its rows of the ``index_*`` queries (in any order)."""
+                    pins: list[str], *, derive: Derive | None = None) -> SessionIndex:
+        """The index of one session from its rows of the ``index_*`` queries (in any order).
+
+        Turns without a message vector are left out, unless ``derive`` (on a lake) gives their
+        derived rows: a message is acknowledged there before its derived rows are committed
+        (see :mod:`cce_duck.backlog`), and a read serves it at once."""
         if not _in_order(turns.column("turn_no").to_numpy()):
             turns = turns.take(np.argsort(turns.column("turn_no").to_numpy(), kind="stable"))
         mv_turn = mv.column("turn_no").to_numpy().astype(np.int64)
         turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
+        if len(turn_no):  # the session's counter may lag its last stored turn on a lake
+            key = (*key[:1], max(int(key[1]), int(turn_no[-1]) + 1), *key[2:])
         if len(mv_turn) != len(turn_no) or not np.isin(turn_no, mv_turn).all():
+            missing = ~np.isin(turn_no, mv_turn)
+            if derive is not None:
+                extra = derive(turns.filter(pa.array(missing & np.array(
+                    [c is not None for c in turns.column("content").to_pylist()]))))
+                mv, sents, post = (pa.concat_tables([old, new.cast(old.schema)])
+                                   for old, new in zip((mv, sents, post), extra, strict=True))
+                mv_turn = mv.column("turn_no").to_numpy().astype(np.int64)
             turns = turns.filter(pa.array(np.isin(turn_no, mv_turn)))  # vectorless rows: skip
             turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
         if np.array_equal(mv_turn, turn_no):  # the usual case: same rows, same order
@@ -402,7 +418,7 @@ class SessionIndex:
                 turn_no: np.ndarray) -> None:
         """Append the rows of ``turns`` (the flush's rows at ``new``) to every array."""
         stored = flushed.rows
-        self.mvec = _appended(self.mvec, quantized(np.vstack([stored.mvec[i] for i in new])))
+        self.mvec = _appended(self.mvec, int8_rows(np.vstack([stored.mvec[i] for i in new])))
         self.turn_no = turn_no
         self.ts = np.concatenate([self.ts, pa.array([t["ts"] for t in turns], pa.timestamp("us"))
                                   .to_numpy(zero_copy_only=False).astype("datetime64[us]")])
@@ -436,7 +452,7 @@ class SessionIndex:
                 parts.append(mat)
                 srows.extend(rows_of_turn)
         if parts:
-            sv = quantized(np.vstack(parts))
+            sv = int8_rows(np.vstack(parts))
             self.s_row = np.concatenate([self.s_row, np.searchsorted(
                 turn_no, np.array([r[1] for r in srows], dtype=np.int64))])
             self.s_no = np.concatenate([self.s_no, np.array([r[2] for r in srows], np.int64)])
@@ -837,7 +853,7 @@ def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, Sessi
     table (``sql/user_index.sql``), each one what :meth:`SessionIndex.load` gives: for a
     user's thousand sessions, a few large reads instead of six small ones per session."""
     params = {"sids": list(keys)}
-    if store.connection is not store.con:  # a reading thread: its snapshot, its cursor
+    if store.connection is not store.con or store.lake is not None:  # one snapshot
         side: Any = _Done(_side_tables_many(store.connection, params))
     else:
         side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
@@ -858,7 +874,7 @@ def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, Sessi
     for sid, key in keys.items():
         t, m, se, po = (rows.get(sid, none) for rows, none in tables)
         out[sid] = SessionIndex.from_tables(key, store.dim, t, m, se, po, notes.get(sid, {}),
-                                            pins.get(sid, []))
+                                            pins.get(sid, []), derive=store.derive_missing)
     return out
 
 
@@ -945,7 +961,8 @@ class IndexCache:
             if idx is not None and idx.key == key and self._generation.get(sid) == generation:
                 self._items.move_to_end(sid)
                 return idx
-        idx = SessionIndex.load(store, sid, key, one_connection=store.connection is not store.con)
+        idx = SessionIndex.load(store, sid, key, one_connection=store.connection is not store.con
+                                or store.lake is not None)
         with self._lock:
             self.loads += 1
             if self._generation.get(sid, -1) <= generation:
@@ -991,7 +1008,7 @@ class IndexCache:
         """The indexes of ``sids`` (a user's sessions): those not current are loaded together
         (:func:`load_many`). Raises :class:`~cce_duck.errors.NotFoundError` for a session not
         stored."""
-        with self._lock, store.snapshot():
+        with store.snapshot(), self._lock:  # (a lake's snapshot takes the write lock: first)
             out = {sid: idx for sid in sids if (idx := self.current(store, sid)) is not None}
             todo = [sid for sid in sids if sid not in out]
             if todo:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
@@ -161,7 +162,7 @@ def connect(lake: Lake, *, read_only: bool = False, encrypted: bool = False,
         con.execute(statement("use", identifiers={"name": LAKE_NAME}))
         if not read_only:
             _make_data_path(lake)
-            con.execute(statement("lake_no_inlining", identifiers={"name": LAKE_NAME}))
+            _no_inlining(con)
         if prepare is not None:
             prepare(con)
         sandbox.seal(con, lake.data_path)  # last: no file, extension or setting after this
@@ -169,6 +170,24 @@ def connect(lake: Lake, *, read_only: bool = False, encrypted: bool = False,
         con.close()
         raise
     return con
+
+
+def _no_inlining(con: duckdb.DuckDBPyConnection, attempts: int = 5) -> None:
+    """Record in the catalog that no insert is inlined into it, unless it says so already
+    (processes that open the lake at once would update that row at once: PostgreSQL refuses
+    all but one with a serialisation failure, and the others read it again)."""
+    name = {"name": LAKE_NAME}
+    for attempt in range(attempts):
+        row = con.execute(statement("lake_inlining", identifiers=name)).fetchone()
+        if row is not None and row[0] == "0":
+            return
+        try:
+            con.execute(statement("lake_no_inlining", identifiers=name))
+            return
+        except duckdb.Error as exc:
+            if "could not serialize" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
 
 
 def _check_data_path(lake: Lake) -> None:

@@ -19,8 +19,10 @@ releases the locks of a connection when it ends, so:
   the connection (:meth:`Leases.check`), and a lost connection fails the write instead of
   committing under a lease another process may already hold.
 
-Leases are held for milliseconds (one group commit), never for the life of a session, so a
-process that stops writing a session leaves it free for the others at once.
+Leases are held for milliseconds (one group commit, and when the process asks for it, up to
+``linger_s`` more: the next message of a session being written is usually already on its way,
+and keeping the lease spares it two round trips to the catalog), never for the life of a
+session, so a process that stops writing a session leaves it free for the others soon.
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ from typing import Any
 from cce_duck.errors import ConflictError, MissingExtraError, StorageError
 from cce_duck.sqlfiles import query
 
-__all__ = ["KEEPALIVE_S", "WAIT_S", "CatalogLink", "CommitLock", "Leases", "catalog_name"]
+__all__ = ["KEEPALIVE_S", "LINGER_S", "WAIT_S", "CatalogLink", "CommitLock", "Leases",
+           "catalog_name"]
 
 #: Idle seconds before the server probes a silent connection (then 3 probes, 2 s apart).
 KEEPALIVE_S = 5
 #: How long a writer waits for a lease another process holds before the call fails.
 WAIT_S = 30.0
+#: How long a lake writer keeps a lease no call holds any more before giving it back.
+LINGER_S = 0.05
 _POLL_MIN_S, _POLL_MAX_S = 0.001, 0.025
 _PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.I)
 
@@ -110,6 +115,18 @@ class CatalogLink:
                 self._drop()
                 raise self.unreachable(exc) from None
 
+    def script(self, name: str) -> None:
+        """Run the named block of ``sql/catalog_pg.sql`` as one script of several statements
+        (no parameters)."""
+        sql = query(name, "catalog_pg.sql").replace("{schema}", _ident(self.schema))
+        with self._lock:
+            con = self._connect()
+            try:
+                con.execute(sql)
+            except self._psycopg.OperationalError as exc:
+                self._drop()
+                raise self.unreachable(exc) from None
+
     def _drop(self) -> None:
         con, self._con = self._con, None
         if con is not None:
@@ -130,13 +147,20 @@ class Leases:
     """The session leases this process holds on one lake, counted per holder: a session whose
     messages wait in two calls is leased once and released when the last one is done."""
 
-    def __init__(self, link: CatalogLink, namespace: str, *, wait_s: float = WAIT_S) -> None:
+    def __init__(self, link: CatalogLink, namespace: str, *, wait_s: float = WAIT_S,
+                 linger_s: float = 0.0) -> None:
         self.link = link
         self.namespace = namespace
         self.wait_s = wait_s
+        #: A lease no holder uses any more is given back this much later (0: at once).
+        self.linger_s = linger_s
         self._held: Counter[str] = Counter()
         self._epoch: dict[str, int] = {}
+        self._idle: dict[str, float] = {}  # held by nobody: session -> when it is given back
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._keeper: threading.Thread | None = None
+        self._closed = False
         #: Leases taken (first holder) and the seconds spent waiting for other processes.
         self.taken = 0
         self.waited_s = 0.0
@@ -150,10 +174,13 @@ class Leases:
         :attr:`wait_s`); ``True`` when this process did not hold it already, i.e. the caller
         must read the session as stored (another process may have written it since)."""
         with self._lock:
-            if self._held[session_id] and self._epoch.get(session_id) == self.link.epoch:
+            if ((self._held[session_id] or session_id in self._idle)
+                    and self._epoch.get(session_id) == self.link.epoch):
+                self._idle.pop(session_id, None)
                 self._held[session_id] += 1
                 return False
             self._held.pop(session_id, None)
+            self._idle.pop(session_id, None)
         deadline = time.monotonic() + self.wait_s
         pause = _POLL_MIN_S
         start = time.monotonic()
@@ -176,18 +203,67 @@ class Leases:
 
     def release(self, session_id: str) -> None:
         """One holder is done with the session's lease; the last one gives it back."""
+        self.release_many([session_id])
+
+    def release_many(self, session_ids: Iterable[str]) -> None:
+        """:meth:`release` for each of ``session_ids`` (one holder each), in one round trip."""
+        keys = []
         with self._lock:
-            if not self._held[session_id]:
-                self._held.pop(session_id, None)
-                return
-            self._held[session_id] -= 1
-            if self._held[session_id]:
-                return
-            del self._held[session_id]
-            epoch = self._epoch.pop(session_id, None)
-        if epoch == self.link.epoch:
-            with suppress(StorageError):  # the connection is gone, and the lease with it
-                self.link.run("lease_release", {"key": self.key(session_id)})
+            for sid in session_ids:
+                if not self._held[sid]:
+                    self._held.pop(sid, None)
+                    continue
+                self._held[sid] -= 1
+                if self._held[sid]:
+                    continue
+                del self._held[sid]
+                if self.linger_s > 0 and self._epoch.get(sid) == self.link.epoch:
+                    self._idle[sid] = time.monotonic() + self.linger_s
+                elif self._epoch.pop(sid, None) == self.link.epoch:
+                    keys.append(self.key(sid))
+            if self._idle:
+                self._keep()
+        self._give_back(keys)
+
+    def _give_back(self, keys: list[str]) -> None:
+        if keys:
+            with suppress(StorageError):  # the connection is gone, and the leases with it
+                self.link.run("lease_release" if len(keys) == 1 else "lease_release_many",
+                              {"key": keys[0]} if len(keys) == 1 else {"keys": keys})
+
+    def _keep(self) -> None:
+        """(Holding the lock.) Wake the thread that gives idle leases back, or start it."""
+        if self._keeper is None or not self._keeper.is_alive():
+            self._keeper = threading.Thread(target=self._keeping, daemon=True,
+                                            name="cce-leases")
+            self._keeper.start()
+        self._wake.notify()
+
+    def _keeping(self) -> None:
+        """Give back the leases that stayed idle ``linger_s``, in one round trip."""
+        while True:
+            with self._lock:
+                while not self._closed:
+                    now = time.monotonic()
+                    due = [s for s, at in self._idle.items() if at <= now]
+                    if due:
+                        break
+                    self._wake.wait(min(self._idle.values()) - now if self._idle else None)
+                if self._closed:
+                    return
+                keys = []
+                for sid in due:
+                    del self._idle[sid]
+                    if self._epoch.pop(sid, None) == self.link.epoch:
+                        keys.append(self.key(sid))
+            self._give_back(keys)
+
+    def close(self) -> None:
+        """Stop giving idle leases back (the connection is closing: they all go with it)."""
+        with self._lock:
+            self._closed = True
+            self._idle.clear()
+            self._wake.notify()
 
     @contextmanager
     def holding(self, session_ids: Iterable[str]) -> Iterator[set[str]]:

@@ -204,8 +204,10 @@ class ManagementMixin:
 
     def _flushed(self, before: int, after: int, sessions: set[str]) -> None:
         """After a flush: other sessions' retrieval indexes stay valid; then the warm-tier cap."""
-        self.index.advance(before, after, sessions, self.writer.flushed)
-        self._after_flush(sessions)
+        flushed = self.writer.flushed
+        self.index.advance(before, after, sessions, flushed)
+        if self.store.lake is None or (flushed is not None and flushed.notes):
+            self._after_flush(sessions)  # (a lake's acknowledgement commit writes no note)
 
     def _after_flush(self, sessions: set[str]) -> None:
         """Keep every session a flush touched under ``warm_tier_max_chunks`` notes."""

@@ -24,8 +24,8 @@ from cce_duck.text import cached_terms, estimate_tokens, is_filler, split_senten
 if TYPE_CHECKING:
     from cce_duck.store import Store
 
-__all__ = ["TURN_SCHEMA", "Flushed", "TextAnalysis", "TurnRows", "analyse_text", "content_hash", "quantize",
-           "quantized", "registered", "run_with", "vectors_of"]
+__all__ = ["TURN_SCHEMA", "Flushed", "TextAnalysis", "TurnRows", "analyse_text", "content_hash",
+           "int8_rows", "quantize", "registered", "run_with", "vectors_of"]
 
 #: The Arrow schema of rows for ``insert_turns`` (the columns of ``turns``).
 TURN_SCHEMA = pa.schema([
@@ -63,17 +63,18 @@ def content_hash(role: str, text: str) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
-def quantized(mat: Matrix) -> np.ndarray:
-    """Unit vectors as an int8 matrix: the ranking specification's ``vector_scale`` times,
-    rounded and clipped to that scale (a quarter of float32's bytes)."""
+def int8_rows(mat: Matrix) -> np.ndarray:
+    """Unit vectors as the int8 rows stored for them (the ranking specification's
+    ``vector_scale`` times, rounded and clipped to that scale)."""
     scale = ranking.spec().vector_scale
     out: np.ndarray = np.clip(np.rint(mat * float(scale)), -scale, scale).astype(np.int8)
     return out
 
 
 def quantize(mat: Matrix) -> pa.FixedSizeListArray:
-    """:func:`quantized` vectors as int8 fixed-size lists (the stored column)."""
-    q = quantized(mat)
+    """Unit vectors as int8 fixed-size lists (:func:`int8_rows`): a quarter of float32's
+    bytes."""
+    q = int8_rows(mat)
     return pa.FixedSizeListArray.from_arrays(pa.array(q.ravel(), pa.int8()), mat.shape[1])
 
 
@@ -147,14 +148,16 @@ class TurnRows:
     def add(self, emb: CachedEmbedder, config: Config, sid: str, turn_no: int, role: str,
             speaker: str | None, content: str | None, ts: datetime, *, micro: str | None = None,
             tokens: int | None = None, note_id: int | None = None,
-            message_id: str | None = None) -> dict[str, Any]:
+            message_id: str | None = None, analysis: TextAnalysis | None = None
+            ) -> dict[str, Any]:
         """Derive and append one turn (``message_id``: the client's id of it); returns its row.
 
         A turn whose raw text was dropped (``content`` None) is derived from its ``micro`` line
-        and keeps its stored ``tokens``.
+        and keeps its stored ``tokens``. ``analysis``: :func:`analyse_text` of the same text and
+        speaker, made beforehand.
         """
         text = content if content is not None else str(micro or "")
-        a = analyse_text(emb, config, text, speaker)
+        a = analysis if analysis is not None else analyse_text(emb, config, text, speaker)
         if content is not None:
             micro = topics.micro(topics.TopicTurn(turn_no, role, speaker, text, ts),
                                  sentences=a.sentences)
@@ -176,34 +179,61 @@ class TurnRows:
         self.post.extend((sid, term, turn_no, ranking.stored_tf(c)) for term, c in Counter(a.words).items())
         return row
 
-    def insert(self, store: Store, *, turns: bool = True) -> None:
-        """Insert the vectors and postings (and the turn rows themselves when ``turns``) inside
+    def copy_turn(self, other: TurnRows, i: int) -> None:
+        """Append turn ``i`` of ``other`` with its vectors, sentence rows and postings."""
+        post, mat, srows = other.parts_of(i)
+        self.starts.append((len(self.post), len(self.svec) if mat is not None else -1,
+                            len(self.svec_rows)))
+        self.turns.append(other.turns[i])
+        self.mvec.append(other.mvec[i])
+        if mat is not None:
+            self.svec.append(mat)
+            self.svec_rows.extend(srows)
+        self.post.extend(post)
+
+    def insert(self, store: Store, *, turns: bool = True, derived: bool = True) -> None:
+        """Insert the turn rows (``turns``) and their vectors and postings (``derived``) inside
         the caller's transaction."""
         if not self.turns:
             return
-        if turns:
+        if turns and store.lake is not None:
+            store.q("insert_turn_lists", {c: [t[c] for t in self.turns] for c in TURN_SCHEMA.names})
+        elif turns:
             run_with(store, "insert_turns",
                      _b_turns=pa.Table.from_pylist(self.turns, schema=TURN_SCHEMA))
-        run_with(store, "insert_message_vectors", _b_mvec=pa.table({
-            "session_id": [t["session_id"] for t in self.turns],
+        if not derived:
+            return
+        mvec, svec, post = self.tables(with_session=True)
+        run_with(store, "insert_message_vectors", _b_mvec=mvec)
+        if svec.num_rows:
+            run_with(store, "insert_sentence_vectors", _b_svec=svec)
+        if post.num_rows:
+            run_with(store, "insert_postings", _b_post=post)
+
+    def tables(self, *, with_session: bool) -> tuple[pa.Table, pa.Table, pa.Table]:
+        """The message vectors, sentence vectors and postings as Arrow tables with the columns
+        of their tables (``session_id`` first when ``with_session``)."""
+        def table(sids: list[str], cols: dict[str, Any]) -> pa.Table:
+            return pa.table({"session_id": sids, **cols} if with_session else cols)
+
+        dim = self.mvec[0].shape[1] if self.mvec else 0
+        mvec = table([t["session_id"] for t in self.turns], {
             "turn_no": pa.array([t["turn_no"] for t in self.turns], pa.int32()),
-            "vector": quantize(np.vstack(self.mvec)),
-        }))
-        if self.svec_rows:
-            cols = list(zip(*self.svec_rows, strict=True))
-            run_with(store, "insert_sentence_vectors", _b_svec=pa.table({
-                "session_id": list(cols[0]), "turn_no": pa.array(cols[1], pa.int32()),
-                "sent_no": pa.array(cols[2], pa.int16()),
-                "start_char": pa.array(cols[3], pa.int32()),
-                "end_char": pa.array(cols[4], pa.int32()),
-                "vector": quantize(np.vstack(self.svec)),
-            }))
-        if self.post:
-            cols = list(zip(*self.post, strict=True))
-            run_with(store, "insert_postings", _b_post=pa.table({
-                "session_id": list(cols[0]), "term": list(cols[1]),
-                "turn_no": pa.array(cols[2], pa.int32()), "tf": pa.array(cols[3], pa.int16()),
-            }))
+            "vector": quantize(np.vstack(self.mvec)) if self.mvec else _no_vectors(dim)})
+        s: list[Any] = list(zip(*self.svec_rows, strict=True)) or [[] for _ in range(5)]
+        svec = table(list(s[0]), {
+            "turn_no": pa.array(s[1], pa.int32()), "sent_no": pa.array(s[2], pa.int16()),
+            "start_char": pa.array(s[3], pa.int32()), "end_char": pa.array(s[4], pa.int32()),
+            "vector": quantize(np.vstack(self.svec)) if self.svec else _no_vectors(dim)})
+        p: list[Any] = list(zip(*self.post, strict=True)) or [[] for _ in range(4)]
+        post = table(list(p[0]), {
+            "term": pa.array(p[1], pa.string()), "turn_no": pa.array(p[2], pa.int32()),
+            "tf": pa.array(p[3], pa.int16())})
+        return mvec, svec, post
+
+
+def _no_vectors(dim: int) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array([], pa.int8()), max(dim, 1))
 
 
 @dataclass

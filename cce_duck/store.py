@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 
 from cce_duck import clock, dbfile, folder, lake, migrations, sandbox
 from cce_duck.cipher import (
@@ -179,6 +180,12 @@ class Store:
         #: The sessions the running write transaction changes (``None``: it may change any);
         #: its commit is stamped with them.
         self.writing: set[str] | None = None
+        #: More that the running write transaction's stamp says (what kind of commit it is).
+        self.commit_info: dict[str, Any] | None = None
+        #: On a lake: derives, for a read, the rows of stored turns whose derived rows are not
+        #: committed yet (set by the writer; see :mod:`cce_duck.backlog`).
+        self.derive_missing: Callable[[pa.Table], tuple[pa.Table, pa.Table, pa.Table]] | None \
+            = None
         self.data_dir = None if lake is not None else data_dir
         data_dir = self.data_dir
         self.read_only = read_only
@@ -214,13 +221,13 @@ class Store:
         self._cursors: list[duckdb.DuckDBPyConnection] = []  # every reader cursor made
         self._idle: list[duckdb.DuckDBPyConnection] = []  # those no thread reads on now
         self._cursors_lock = threading.Lock()
-        self.con = self._connect()
+        self._con = self._connect()
         try:
             self.embedder = self._prepare(embedder)
             self.dim = self.embedder.dim
-            self.install(self.con)
+            self.install(self._con)
         except BaseException:
-            self.con.close()
+            self._con.close()
             raise
         if self._key is not None:
             folder.mark_open(self._key)
@@ -459,6 +466,24 @@ class Store:
 
     # -- use ----------------------------------------------------------------
 
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The store's connection: writes and the reads inside them run on it (a thread that
+        :meth:`bound` another connection of the instance uses that one instead)."""
+        bound: duckdb.DuckDBPyConnection | None = getattr(self._local, "bound", None)
+        return self._con if bound is None else bound
+
+    @contextmanager
+    def bound(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        """In this block, :attr:`con` is ``con`` for the calling thread (a lake writer's
+        background commits run on a cursor of their own, so they never share a connection, its
+        transaction or its pending result, with a caller's reads)."""
+        self._local.bound = con
+        try:
+            yield
+        finally:
+            self._local.bound = None
+
     def meta(self) -> dict[str, str]:
         """The folder's ``cce_meta`` rows."""
         return self._meta()
@@ -544,6 +569,22 @@ class Store:
         lock, or no other thread writes)."""
         con = self.connection
         local = self._local
+        if self.lake is not None and not self._in_transaction and not getattr(
+                local, "snapshot", False):
+            # a lake's reads run on its one connection: under the write lock, in a read
+            # transaction (a commit landing between two reads of an index load would give it
+            # a turn's vectors without its postings)
+            with self.write_lock:
+                con = self.con
+                con.execute("BEGIN TRANSACTION")
+                local.snapshot = True
+                try:
+                    yield
+                finally:
+                    local.snapshot = False
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("ROLLBACK")
+            return
         if con is self.con or getattr(local, "snapshot", False):
             yield
             return
@@ -628,10 +669,10 @@ class Store:
         self._close_cursors()
         self._close_reader()
         with contextlib.suppress(duckdb.Error):  # an invalidated database may refuse its own
-            self.con.close()                     # close; the handle is gone anyway
+            self._con.close()                     # close; the handle is gone anyway
         try:
-            self.con = self._connect()
-            self.install(self.con)
+            self._con = self._connect()
+            self.install(self._con)
         except (CCEError, duckdb.Error) as exc:
             err = self.failed(exc)
             if not isinstance(err, StorageError):  # reopening failed for another reason
@@ -640,7 +681,7 @@ class Store:
                     f"reopened ({exc}); restart the process: nothing acknowledged is lost, the "
                     "journal is replayed at the next open", recoverable=False)
                 self.failure = err
-            self.con = dbfile.connect()  # a placeholder that holds no file
+            self._con = dbfile.connect()  # a placeholder that holds no file
             self._detached = True
             raise err from exc
         self._detached = False
@@ -667,13 +708,20 @@ class Store:
             with guard, self._transaction(sessions):
                 yield self.con
 
+    @property
+    def _in_transaction(self) -> bool:
+        """Whether the calling thread is inside :meth:`transaction`."""
+        return bool(getattr(self._local, "transaction", False))
+
     @contextmanager
     def _transaction(self, sessions: bool) -> Iterator[duckdb.DuckDBPyConnection]:
         self._run("BEGIN")
+        self._local.transaction = True
         try:
             yield self.con
             if self.coordinator is not None:  # what the other processes read
-                self.coordinator.stamp(self.con, self.writing if sessions else set())
+                self.coordinator.stamp(self.con, self.writing if sessions else set(),
+                                       self.commit_info)
         except BaseException as exc:
             try:
                 self.con.execute("ROLLBACK")
@@ -684,6 +732,8 @@ class Store:
             if err is exc:
                 raise
             raise err from exc
+        finally:
+            self._local.transaction = False
         self._run("COMMIT")
         if sessions:
             self.generation += 1
@@ -715,15 +765,15 @@ class Store:
         with self._exclusive():
             self._close_cursors()
             if self.lake is None:
-                self.con.execute("CHECKPOINT")
+                self._con.execute("CHECKPOINT")
             self._close_reader()
-            self.con.close()
+            self._con.close()
             try:
                 if between is not None:
                     between()
             finally:
-                self.con = self._connect()
-                self.install(self.con)
+                self._con = self._connect()
+                self.install(self._con)
 
     def close(self) -> None:
         """Checkpoint (when writable) and close; after a storage failure it never raises (the
@@ -732,7 +782,7 @@ class Store:
             self._close_cursors()
             try:
                 if not self.read_only and self.data_dir is not None and self.failure is None:
-                    self.con.execute("CHECKPOINT")
+                    self._con.execute("CHECKPOINT")
             except duckdb.Error as exc:
                 if not isinstance(self.failed(exc), StorageError):
                     raise
@@ -740,7 +790,7 @@ class Store:
                 self._close_cursors()
                 self._close_reader()
                 try:
-                    self.con.close()
+                    self._con.close()
                 except duckdb.Error as exc:
                     if not isinstance(self.failed(exc), StorageError):
                         raise
@@ -759,7 +809,7 @@ class Store:
     def new_cursor(self) -> duckdb.DuckDBPyConnection:
         """A new connection of the instance, on the store's catalog (a lake's is not the
         instance's default one)."""
-        cur = self.con.cursor()
+        cur = self._con.cursor()
         if self.lake is not None:
             cur.execute(statement("use", identifiers={"name": lake.LAKE_NAME}))
         return cur

@@ -1,5 +1,9 @@
 """The write path: journal every message as it arrives, then store batches in one transaction.
 
+(On a lake there is no journal: a message is acknowledged once its turn row is committed, and
+what is derived from it follows in a later commit; see :mod:`cce_duck.backlog` and
+:mod:`cce_duck.lakecommits`.)
+
 A DuckDB commit costs about a millisecond however small it is, so a message is first appended
 to ``journal.jsonl`` in the data folder (:mod:`cce_duck.journal`: synced to disk before the call
 returns unless ``durability="os"``) and reaches the tables in batches: every ``flush_every``
@@ -24,8 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from cce_duck import clock, topics
+from cce_duck import backlog, clock, topics
 from cce_duck.allocator import release_free_memory
+from cce_duck.backlog import Backlog
 from cce_duck.config import Config
 from cce_duck.derived import write_notes
 from cce_duck.embedders.base import Matrix
@@ -33,8 +38,17 @@ from cce_duck.errors import CCEError, ConflictError, StorageError
 from cce_duck.folder import JOURNAL_FILE
 from cce_duck.groupcommit import GroupCommit
 from cce_duck.journal import Journal
+from cce_duck.lakecommits import LakeCommits
 from cce_duck.messages import Message
-from cce_duck.rows import Flushed, TurnRows, content_hash, registered, vectors_of
+from cce_duck.rows import (
+    Flushed,
+    TextAnalysis,
+    TurnRows,
+    analyse_text,
+    content_hash,
+    registered,
+    vectors_of,
+)
 from cce_duck.store import Store, WriteLock
 from cce_duck.summariser import FreshNote, Summariser
 from cce_duck.text import estimate_tokens
@@ -45,6 +59,10 @@ RETRY_S = 1.0  # while the folder fails, a write retries the tables at most this
 FLUSH_AFTER_S = 2.0  # journaled messages a context served from memory reach the tables this soon
 DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need them only when a
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
+LAKE_DF_SESSIONS = 16  # the same on a lake, where a query is a round of catalog reads
+LAKE_ID_SESSIONS = 64  # sessions whose client message ids a lake writer keeps in memory
+ANALYSED_MAX = 4096  # analyses made ahead of a lake commit kept at most (a call that failed
+# after making them leaves them behind)
 
 
 class Writer:
@@ -91,8 +109,27 @@ class Writer:
         self.group = GroupCommit()
         #: (ticket, session) of every lake write whose session lease waits for its commit.
         self._leased: list[tuple[int, str]] = []
-        #: session -> the turn count before which no lake flush can compress anything
-        self._quiet: dict[str, int] = {}
+        #: Leases of settled writes, given back once the flush has let the write lock go.
+        self._settled: list[str] = []
+        #: On a lake: derived rows of acknowledged turns, until their own commit.
+        self.backlog = Backlog(config.derive_after_s)
+        self._commits = LakeCommits(self)  # (a lake's flushes: cce_duck.lakecommits)
+        #: Sessions this process knows have no row in ``sessions`` yet (a lake's
+        #: acknowledgement commit creates them).
+        self._new: set[str] = set()
+        #: On a lake: the stored client message ids of recently written sessions (a lookup
+        #: would otherwise read the lake for every message that carries one).
+        self._id_cache: OrderedDict[str, dict[str, tuple[int, str, int]]] = OrderedDict()
+        #: On a lake: note ids reserved by a committed transaction and not used yet.
+        self._note_ids: list[int] = []
+        #: On a lake: (text, speaker) -> its analysis (terms, vectors), made by the calling
+        #: thread before it takes the write lock, used by the commit that stores the turn.
+        self._analysed: dict[tuple[str, str | None], TextAnalysis] = {}
+        if self._lake:
+            store.derive_missing = lambda turns: backlog.derived_tables(
+                store.embedder, config, turns)
+            if not store.read_only:
+                self._start_flusher()  # (looks for turns left without derived rows at once)
         if store.data_dir is not None and not store.read_only:
             self.journal = Journal(store.data_dir / JOURNAL_FILE, store.journal_codec,
                                    config.durability)
@@ -116,7 +153,14 @@ class Writer:
         if session_id not in self._next:
             row = self.store.q("session_row", {"sid": session_id}).fetchone()
             self._next[session_id] = int(row[2]) if row else 0
+            if row and self._lake:  # (the counter row may lag the turn rows: see backlog)
+                last = self.store.q("session_next_turn", {"sid": session_id}).fetchone()
+                self._next[session_id] = max(self._next[session_id], int(last[0]))
             self._users[session_id] = row[5] if row else None
+            if row is None:
+                self._new.add(session_id)
+            else:
+                self._new.discard(session_id)
             if row and row[1] == "closed":
                 self._closed.add(session_id)
         return self._next[session_id]
@@ -130,10 +174,11 @@ class Writer:
 
     def reopen(self, session_id: str) -> None:
         """Forget the cached 'closed' state of a session (after the tables changed)."""
-        self._quiet.pop(session_id, None)
         self._closed.discard(session_id)
         self._next.pop(session_id, None)
         self._users.pop(session_id, None)
+        self._new.discard(session_id)
+        self._id_cache.pop(session_id, None)
 
     def user_of(self, session_id: str) -> str | None:
         """The user the session is bound to (``None``: none, or no such session)."""
@@ -169,6 +214,7 @@ class Writer:
         """
         if self.store.read_only:  # nothing would ever store them: refuse, do not drop
             raise CCEError("this store is open read-only; open it without read_only to write")
+        self.analyse(messages)  # the expensive part of their rows, before any lock is taken
         coord = self.store.coordinator
         if coord is None:
             with self.group.arriving() if self._lake else nullcontext():
@@ -183,6 +229,18 @@ class Writer:
         if not ticket:
             self._unlease(session_id)
         return numbers, ticket
+
+    def analyse(self, messages: Sequence[Message]) -> None:
+        """On a lake: analyse the messages' text (terms, vectors) now, without a lock, for the
+        commit that will store them (elsewhere nothing: the journal's flush derives them)."""
+        if not self._lake:
+            return
+        if len(self._analysed) > ANALYSED_MAX:
+            self._analysed.clear()
+        for m in messages:
+            if (m.content, m.speaker) not in self._analysed:
+                self._analysed[(m.content, m.speaker)] = analyse_text(
+                    self.store.embedder, self.config, m.content, m.speaker)
 
     def _unlease(self, session_id: str) -> None:
         with self._lock:
@@ -248,10 +306,36 @@ class Writer:
     def _start_flusher(self) -> None:
         if (self._flusher is None or not self._flusher.is_alive()) and not self._stop.is_set():
             # (not alive: in a process forked from the one that started it)
-            self._flusher = threading.Thread(target=self._flush_when_due, daemon=True,
-                                             name="cce-flusher")
+            self._flusher = threading.Thread(
+                target=self._derive_when_due if self._lake else self._flush_when_due,
+                daemon=True, name="cce-deriver" if self._lake else "cce-flusher")
             self._flusher.start()
         self._due.set()
+
+    def _derive_when_due(self) -> None:
+        """On a lake, in a thread of its own: commit the derived rows of acknowledged turns
+        when they are due (:meth:`Backlog.due_in`), under the write lock like any flush; first
+        look once for turns another process left without derived rows. A commit that fails
+        is tried again after ``RETRY_S`` (the rows wait meanwhile; a read that needs them
+        raises its error)."""
+        while True:
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                wait = self.backlog.due_in()
+                if wait is not None and wait <= 0:
+                    try:
+                        self._derive_now()
+                    except Exception:  # (kept: the next commit, or a read, stores them)
+                        wait = RETRY_S
+                    else:
+                        continue
+                if wait is None:
+                    self._due.clear()  # (under the lock: an acknowledgement sets it again)
+            if wait is None:
+                self._due.wait()
+            else:
+                self._stop.wait(wait)
 
     def _flush_when_due(self) -> None:
         """The batch by time, in a thread of its own: journaled messages reach the tables
@@ -277,13 +361,25 @@ class Writer:
             else:
                 self._stop.wait(wait)
 
+    def _derive_now(self) -> None:
+        """A full flush on a cursor of its own (the caller's thread may be reading on the
+        store's connection meanwhile), holding the write lock."""
+        self.store.recover()  # (a failed store is reopened first: the cursor is of the new one)
+        cur = self.store.new_cursor()
+        try:
+            with self.store.bound(cur):
+                self.flush()
+        finally:
+            with suppress(Exception):  # (a store that failed may refuse its own close)
+                cur.close()
+
     def unstored(self, session_id: str) -> Flushed | None:
         """The rows of the journaled messages not in the tables yet, when they all belong to
         ``session_id`` and storing them would change nothing but add them (plain writes: raw
         text kept, no warm-tier cap, the store working); else ``None``. Their vectors are
         computed here once: the flush that stores them uses the same rows."""
         with self._lock:
-            if (not self._buffer or self.store.failure is not None
+            if (not self._buffer or self.store.failure is not None or self._lake
                     or self._recoveries != self.store.recoveries
                     or not self.config.keep_raw_turns or self.config.warm_tier_max_chunks
                     or any(s != session_id for s, _, _ in self._buffer)):
@@ -294,15 +390,17 @@ class Writer:
         """The rows of every buffered message (derived on first use, then kept)."""
         for sid, n, m in self._buffer[self._rows_n:]:
             self._rows.add(self.store.embedder, self.config, sid, n, m.role, m.speaker,
-                           m.content, m.ts, message_id=m.message_id)
+                           m.content, m.ts, message_id=m.message_id,
+                           analysis=self._analysed.pop((m.content, m.speaker), None))
         self._rows_n = len(self._buffer)
         return self._rows
 
     def _flush_journaled(self) -> None:
         """Flush messages that are already safe in the journal: a storage failure leaves them
-        there (the next flush stores them) instead of failing the call that acknowledged them."""
+        there (the next flush stores them) instead of failing the call that acknowledged them.
+        (On a lake: commit the buffered turn rows; their derived rows follow later.)"""
         if self.journal is None:
-            self.flush()
+            self.flush(derived=False)
             return
         if self.store.failure is not None and time.monotonic() < self._retry_at:
             return  # failed a moment ago: reopening the database on every message is no use
@@ -322,7 +420,11 @@ class Writer:
         if self.journal is not None and ticket:
             self.journal.sync(ticket)
         elif self._lake and ticket:
-            self.group.wait(ticket, self.flush)
+            self.group.wait(ticket, self._commit_turns)
+
+    def _commit_turns(self) -> None:
+        """Commit the buffered messages' turn rows (a lake's acknowledgement)."""
+        self.flush(derived=False)
 
     @property
     def commits(self) -> int:
@@ -338,11 +440,9 @@ class Writer:
         """A lake flush ended: the messages up to ``upto`` are committed, or (``error``) dropped
         and their calls fail with it; their sessions' leases are given back."""
         self.group.finished(upto, error)
-        if self._leased:  # (called with the writer's lock held)
-            done = [s for t, s in self._leased if t <= upto]
+        if self._leased:  # (called with the writer's lock held; given back by flush())
+            self._settled += [s for t, s in self._leased if t <= upto]
             self._leased = [(t, s) for t, s in self._leased if t > upto]
-            if self.store.coordinator is not None:
-                self.store.coordinator.release(done)
 
     def _known_ids(self, sid: str, messages: Sequence[Message]
                    ) -> dict[str, tuple[int, str, int]]:
@@ -353,7 +453,10 @@ class Writer:
             return {}
         known = {i: self._ids[(sid, i)] for i in ids if (sid, i) in self._ids}
         rest = [i for i in ids if i not in known]
-        if rest:
+        if rest and self._lake:
+            stored = self._stored_ids(sid)
+            known.update({i: stored[i] for i in rest if i in stored})
+        elif rest:
             rows = self.store.q("turns_by_message_id", {"sid": sid, "ids": rest}).fetchall()
             known.update({str(r[0]): (int(r[1]), str(r[2]), int(r[3])) for r in rows})
         for m in messages:
@@ -363,6 +466,19 @@ class Writer:
                     f"message id {m.message_id!r} of session {sid!r} is turn {hit[0]}, stored "
                     "with other content; a retry must send the same message")
         return known
+
+    def _stored_ids(self, sid: str) -> dict[str, tuple[int, str, int]]:
+        """The client ids of the session's stored turns (on a lake: read once, then kept up to
+        date by this process's commits; dropped when another process writes the session)."""
+        ids = self._id_cache.get(sid)
+        if ids is None:
+            rows = self.store.q("session_message_ids", {"sid": sid}, source="lake.sql").fetchall()
+            ids = {str(r[0]): (int(r[1]), str(r[2]), int(r[3])) for r in rows}
+            self._id_cache[sid] = ids
+            while len(self._id_cache) > LAKE_ID_SESSIONS:
+                self._id_cache.popitem(last=False)
+        self._id_cache.move_to_end(sid)
+        return ids
 
     def _load_journal(self) -> None:
         """Put the journal's records that the tables do not hold yet into the buffer."""
@@ -395,9 +511,10 @@ class Writer:
                 f"{self.store.lake.describe() if self.store.lake else 'the lake'} failed before "
                 "these messages were committed; nothing of this call was stored, retry it"))
         self._next.clear()
-        self._quiet.clear()
         self._closed.clear()
         self._users.clear()
+        self._new.clear()
+        self._id_cache.clear()
         self._df.clear()
         self._buffer = []
         self._rows, self._rows_n = TurnRows(), 0
@@ -409,30 +526,43 @@ class Writer:
     # -- flushing -----------------------------------------------------------
 
     def flush(self, finish: set[str] | None = None, *, hot_too: bool = False,
-              counts: bool = False) -> None:
+              counts: bool = False, derived: bool = True) -> None:
         """Store every journaled message, compress what left the hot window, clear the journal.
 
         Sessions in ``finish`` also compress their open last topic (and with ``hot_too`` the hot
         window as well: used when a session is closed). Retrieval counts ride along with any
-        flush; ``counts`` stores them even when nothing else is waiting.
+        flush; ``counts`` stores them even when nothing else is waiting. On a lake the
+        derived rows of acknowledged turns are committed too (:mod:`cce_duck.backlog`), unless
+        ``derived`` is false: then only the buffered messages' turn rows are.
         """
-        if self.store.coordinator is not None and not self._lock.held():
+        if self.store.coordinator is not None and derived and not self._lock.held():
             # what other processes changed; never with the lock held (a refresh that found
-            # changes takes the lock to drop cached sessions, holding the coordinator's)
+            # changes takes the lock to drop cached sessions, holding the coordinator's). (Not
+            # before turn rows alone: their numbers were given under leases, whose taking
+            # read the changes.)
             self.store.coordinator.refresh()
-        with self._lock:
-            try:
-                self._flush(finish, hot_too=hot_too, counts=counts)
-            finally:
-                self.store.writing = None
+        settled: list[str] = []
+        try:
+            with self._lock:
+                try:
+                    self._flush(finish, hot_too=hot_too, counts=counts, derived=derived)
+                finally:
+                    self.store.writing = None
+                    self.store.commit_info = None
+                    settled, self._settled = self._settled, []
+        finally:
+            if settled and self.store.coordinator is not None:  # (one round trip, off the lock)
+                self.store.coordinator.release(settled)
 
-    def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
+    def _flush(self, finish: set[str] | None, *, hot_too: bool, counts: bool,
+               derived: bool) -> None:
         if not self._lake:
             self._flush_tables(finish, hot_too=hot_too, counts=counts)
             return
         upto = self.group.cut()
         try:
-            self._flush_tables(finish, hot_too=hot_too, counts=counts)
+            self._commits.flush(finish or set(), hot_too=hot_too, counts=counts,
+                                derived=derived)
         except BaseException as exc:
             if self._buffer:  # never acknowledged: dropped, with what was derived from them
                 self._buffer = []
@@ -440,8 +570,9 @@ class Writer:
                 self._planned = []
                 self._ids.clear()
                 self._next.clear()
-                self._quiet.clear()
                 self._users.clear()
+                self._new.clear()
+                self._id_cache.clear()
                 self._settle(upto, exc)
             raise
         self._settle(upto)
@@ -467,7 +598,7 @@ class Writer:
                 for sid in sorted(set(sessions) | finish):
                     for owner, notes, mapping in self._planned:
                         if owner == sid:
-                            self._store_notes(con, sid, notes, mapping)
+                            self._store_notes(con, notes, mapping)
                     self._compress(con, sid, finish=sid in finish,
                                    hot_too=hot_too and sid in finish)
         except BaseException:
@@ -546,6 +677,11 @@ class Writer:
         """Messages journaled but not yet in the tables."""
         return len(self._buffer)
 
+    def backlog_count(self) -> int:
+        """On a lake: acknowledged turns whose derived rows are not committed yet (with the
+        sessions that wait to be checked for such turns)."""
+        return len(self.backlog) + len(self.backlog.adopting)
+
     def _prepare(self) -> tuple[dict[str, int], TurnRows]:
         """Next turn numbers per session, and the rows of the buffer."""
         sessions: dict[str, int] = {}
@@ -574,18 +710,18 @@ class Writer:
 
     def _compress(self, con: Any, sid: str, *, finish: bool, hot_too: bool) -> None:
         cfg = self.config
-        if not finish and self.next_turn(sid) < self._quiet.get(sid, 0):
-            return  # too few turns left the hot window since the last look (see below)
         before = self.next_turn(sid) - (0 if hot_too else cfg.hot_tier_max_turns)
         tbl = self.store.q("pending_turns", {"sid": sid, "before": before}).to_arrow_table()
         if tbl.num_rows == 0 or (not finish and tbl.num_rows < cfg.live_batch_turns):
-            if self._lake and not finish:  # each new turn adds at most one pending turn: no
-                # flush compresses anything before this many more (a query less per commit,
-                # where a query costs a round of catalog reads)
-                self._quiet[sid] = self.next_turn(sid) + cfg.live_batch_turns - tbl.num_rows
             return
         rows = tbl.drop_columns(["vector"]).to_pylist()
-        vecs = vectors_of(tbl.column("vector"), self.store.dim)
+        self._compress_rows(con, sid, rows, vectors_of(tbl.column("vector"), self.store.dim),
+                            finish=finish)
+
+    def _compress_rows(self, con: Any, sid: str, rows: list[dict[str, Any]], vecs: Matrix, *,
+                       finish: bool) -> None:
+        """Write the notes of the closed topics among a session's pending turns ``rows`` (with
+        their vectors ``vecs``; every topic when ``finish``)."""
         turns = [topics.TopicTurn(r["turn_no"], r["role"], r["speaker"], r["content"] or "",
                                   r["ts"]) for r in rows]
         groups = self.topics_to_write(turns, vecs, finish=finish)
@@ -611,7 +747,7 @@ class Writer:
             rows = self.store.q("session_df", {"sid": sid}).fetchall()
             docs = self.store.q("session_docs", {"sid": sid}).fetchone()
             self._df[sid] = (Counter({r[0]: int(r[1]) for r in rows}), int(docs[0]) if docs else 0)
-            while len(self._df) > DF_SESSIONS:
+            while len(self._df) > (LAKE_DF_SESSIONS if self._lake else DF_SESSIONS):
                 self._df.popitem(last=False)
         self._df.move_to_end(sid)
         return self._df[sid]
@@ -619,7 +755,6 @@ class Writer:
     def forget_stats(self, session_id: str) -> None:
         """Drop cached statistics of a session (after turns were edited or removed)."""
         self._df.pop(session_id, None)
-        self._quiet.pop(session_id, None)
 
     def _write_notes(self, con: Any, sid: str, turns: list[topics.TopicTurn],
                      rows: list[dict[str, Any]], vecs: Matrix, groups: list[list[int]]) -> None:
@@ -627,7 +762,7 @@ class Writer:
         ids = [r[0] for r in self.store.q("next_note_ids", {"n": len(groups)}).fetchall()]
         notes, mapping = self._notes_of(sid, turns, [int(r["tokens"]) for r in rows], vecs,
                                         groups, df, n_docs, ids)
-        self._store_notes(con, sid, notes, mapping)
+        self._store_notes(con, notes, mapping)
 
     def _notes_of(self, sid: str, turns: list[topics.TopicTurn], tokens: Sequence[int],
                   vecs: Matrix, groups: list[list[int]], df: dict[str, int], n_docs: int,
@@ -654,12 +789,14 @@ class Writer:
                                              summary))
         return notes, mapping
 
-    def _store_notes(self, con: Any, sid: str, notes: list[dict[str, Any]],
+    def _store_notes(self, con: Any, notes: list[dict[str, Any]],
                      mapping: list[tuple[str, int, int]]) -> None:
-        """Insert notes and mark the turns they compress (inside the flush's transaction)."""
+        """Insert notes (of any sessions) and mark the turns they compress (inside the flush's
+        transaction)."""
         write_notes(self.store, notes, insert=True)
         if self.flushed is not None:
-            self.flushed.notes.setdefault(sid, []).extend(_header(n) for n in notes)
+            for n in notes:
+                self.flushed.notes.setdefault(n["session_id"], []).append(_header(n))
             self.flushed.assigned.extend(mapping)
         cols = list(zip(*mapping, strict=True))
         mp = pa.table({"session_id": list(cols[0]), "turn_no": pa.array(cols[1], pa.int32()),
@@ -704,6 +841,7 @@ class Writer:
             self._flusher.join(timeout=5.0)  # (returns at once unless a flush is running)
         if self.journal is not None:
             self.journal.close()
+
 
 
 def _header(note: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,10 @@ SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0)) AS taken;
 -- Give a lease back (false when this connection did not hold it).
 SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0)) AS released;
 
+-- name: lease_release_many
+-- Give several leases back in one round trip.
+SELECT pg_advisory_unlock(hashtextextended(k, 0)) AS released FROM unnest(%(keys)s::text[]) AS k;
+
 -- name: lease_holders
 -- How many of the given leases some connection holds right now (any process).
 SELECT count(*) AS held FROM pg_locks
@@ -50,3 +54,56 @@ SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NULL AS locked;
 -- name: commit_unlock
 -- Give the commit lock back.
 SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0)) AS released;
+
+-- name: fence_installed
+-- Whether the turn fence (below) is installed in this catalog.
+SELECT count(*) AS n FROM pg_trigger WHERE tgname = 'cce_duck_turn_fence'
+    AND tgrelid = '{schema}.ducklake_snapshot_changes'::regclass;
+
+-- name: fence_install
+-- The turn fence: every cce_duck commit that stores turn rows says which turn numbers it gives
+-- (commit_extra_info "turns": {session: [first, last]}); a trigger on the catalog's table of
+-- snapshot changes, inside DuckLake's own commit transaction, refuses a commit whose first
+-- number is below the session's next one, so no turn number is ever stored twice, whatever
+-- the timing (a process killed while its commit is being written can have that commit land
+-- after another process took the session's lease: the later of the two commits fails, and is
+-- never acknowledged). One row per session. Installed once, under a transaction lock.
+BEGIN;
+SELECT pg_advisory_xact_lock(hashtextextended('cce_duck:fence', 0));
+CREATE TABLE IF NOT EXISTS {schema}.cce_duck_turns (
+    session_id TEXT PRIMARY KEY,
+    next_turn INTEGER NOT NULL
+);
+CREATE OR REPLACE FUNCTION {schema}.cce_duck_turn_fence() RETURNS trigger
+LANGUAGE plpgsql AS $fence$
+DECLARE
+    s record;
+    first_turn integer;
+    moved integer;
+BEGIN
+    IF NEW.commit_message IS DISTINCT FROM 'cce_duck' OR NEW.commit_extra_info IS NULL
+       OR NEW.commit_extra_info NOT LIKE '%"turns"%' THEN
+        RETURN NEW;
+    END IF;
+    FOR s IN SELECT key, value FROM jsonb_each(NEW.commit_extra_info::jsonb -> 'turns') LOOP
+        first_turn := (s.value ->> 0)::integer;
+        INSERT INTO {schema}.cce_duck_turns AS f (session_id, next_turn)
+        VALUES (s.key, (s.value ->> 1)::integer + 1)
+        ON CONFLICT (session_id) DO UPDATE SET next_turn = EXCLUDED.next_turn
+        WHERE f.next_turn <= first_turn;
+        GET DIAGNOSTICS moved = ROW_COUNT;
+        IF moved = 0 THEN
+            RAISE EXCEPTION 'cce_duck: turn % of session % was already given by another commit',
+                first_turn, s.key;
+        END IF;
+    END LOOP;
+    RETURN NEW;
+END
+$fence$;
+CREATE OR REPLACE TRIGGER cce_duck_turn_fence BEFORE INSERT ON {schema}.ducklake_snapshot_changes
+FOR EACH ROW EXECUTE FUNCTION {schema}.cce_duck_turn_fence();
+COMMIT;
+
+-- name: fence_forget
+-- Sessions deleted: a later message to the same id starts a new session at turn 0.
+DELETE FROM {schema}.cce_duck_turns WHERE session_id = ANY(%(sids)s::text[]) RETURNING session_id;

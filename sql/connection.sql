@@ -109,6 +109,11 @@ ATTACH {catalog} AS {name} (DATA_PATH {path}, DATA_INLINING_ROW_LIMIT 0, ENCRYPT
 -- Attach a DuckLake read-only.
 ATTACH {catalog} AS {name} (DATA_PATH {path}, READ_ONLY);
 
+-- name: lake_inlining
+-- The catalog's recorded data inlining row limit (NULL when never set).
+SELECT max(value) FROM {name}.options() WHERE option_name = 'data_inlining_row_limit'
+    AND scope = 'GLOBAL';
+
 -- name: lake_no_inlining
 -- Record in the lake's catalog that no insert is inlined into it (every process, any client).
 CALL {name}.set_option('data_inlining_row_limit', 0);

@@ -4,16 +4,77 @@
 -- "-- name: <name>" (the name of the query it replaces), a description, the SQL; a block of
 -- several statements runs them in order, each with the parameters it uses.
 
--- name: upsert_sessions
--- Create sessions or move their turn counter forward (it never goes back); a session's user,
--- once set, is kept.
+-- name: session_next_turn
+-- One past a session's last stored turn. On a lake a message is acknowledged once its turn row
+-- is committed, and the session's counter row moves with the derived rows, in a later commit
+-- (cce_duck.backlog): a writer numbers after both.
+SELECT coalesce(max(turn_no) + 1, 0) FROM main.turns WHERE session_id = $sid;
+
+-- name: advance_sessions
+-- Move the turn counters of existing sessions forward to _b_sessions.next_turn (never back),
+-- with their updated_at: the commit of derived rows, after the acknowledgement commit that
+-- created the session (a session deleted meanwhile is not created again).
 MERGE INTO main.sessions AS s USING _b_sessions AS b ON s.session_id = b.session_id
 WHEN MATCHED THEN UPDATE SET
     next_turn = greatest(s.next_turn, b.next_turn),
-    user_id = coalesce(s.user_id, b.user_id),
-    updated_at = b.updated_at
-WHEN NOT MATCHED THEN INSERT (session_id, created_at, updated_at, status, next_turn, user_id)
-    VALUES (b.session_id, b.created_at, b.updated_at, 'open', b.next_turn, b.user_id);
+    updated_at = greatest(s.updated_at, b.updated_at);
+
+-- name: advance_session
+-- Move one session's turn counter forward (before its last turns are forgotten on a lake,
+-- where the counter row may lag the turn rows: numbers never go back).
+UPDATE main.sessions SET next_turn = $next WHERE session_id = $sid AND next_turn < $next;
+
+-- name: insert_turn_lists
+-- Append turns given as one list per column (a lake's acknowledgement commit: binding lists
+-- costs less there than registering an Arrow table, which is a catalog lookup in the
+-- transaction).
+INSERT INTO main.turns (session_id, turn_no, role, speaker, content, ts, tokens, n_terms,
+    content_hash, micro, note_id, message_id)
+SELECT unnest($session_id::VARCHAR[]), unnest($turn_no::INTEGER[]), unnest($role::VARCHAR[]),
+    unnest($speaker::VARCHAR[]), unnest($content::VARCHAR[]), unnest($ts::TIMESTAMP[]),
+    unnest($tokens::INTEGER[]), unnest($n_terms::INTEGER[]), unnest($content_hash::UBIGINT[]),
+    unnest($micro::VARCHAR[]), unnest($note_id::BIGINT[]), unnest($message_id::VARCHAR[]);
+
+-- name: insert_sessions
+-- Create sessions from _b_sessions (an acknowledgement commit creates the sessions it starts;
+-- the later commit of derived rows moves their counters with upsert_sessions).
+INSERT INTO main.sessions (session_id, created_at, updated_at, status, next_turn, user_id)
+SELECT session_id, created_at, updated_at, 'open', next_turn, user_id FROM _b_sessions;
+
+-- name: uncompressed_turns
+-- The uncompressed turns of the sessions in $sids, oldest first, with their message vector
+-- (NULL: its derived rows are not committed yet). Read inside the commit of derived rows,
+-- under the lake's commit lock: it says which acknowledged turns still need their rows and
+-- which pending turns a note may compress.
+SELECT t.session_id, t.turn_no, t.role, t.speaker, t.content, t.micro, t.ts, t.tokens,
+    t.content_hash, t.message_id, m.vector
+FROM main.turns AS t
+LEFT JOIN (SELECT session_id, turn_no, vector FROM main.message_vectors
+           WHERE session_id IN (SELECT unnest($sids::VARCHAR[]))) AS m
+    USING (session_id, turn_no)
+WHERE t.session_id IN (SELECT unnest($sids::VARCHAR[])) AND t.note_id IS NULL
+ORDER BY t.session_id, t.turn_no;
+
+-- name: underived_sessions
+-- Sessions that hold turns without derived rows (a process stopped between a lake's two
+-- commits, or another one has not made its second commit yet); read once by every process
+-- that opens the lake for writing, which then completes them.
+SELECT DISTINCT t.session_id FROM main.turns AS t
+WHERE t.note_id IS NULL AND NOT EXISTS (
+    SELECT 1 FROM main.message_vectors AS m
+    WHERE m.session_id = t.session_id AND m.turn_no = t.turn_no)
+ORDER BY t.session_id;
+
+-- name: session_message_ids
+-- Every client message id of a session's stored turns with its turn, role and content hash
+-- (a lake writer keeps them in memory: idempotent retries without a read per message).
+SELECT message_id, turn_no, role, content_hash FROM main.turns
+WHERE session_id = $sid AND message_id IS NOT NULL;
+
+-- name: session_docs
+-- Number of a session's turns that have their derived rows (BM25 documents): on a lake the
+-- last acknowledged turns may not have them yet.
+SELECT count(*) FROM main.message_vectors WHERE session_id = $sid;
 
 -- name: next_note_ids
 -- Reserve note ids.

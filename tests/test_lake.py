@@ -414,6 +414,7 @@ def test_hostile_sql_is_refused_on_the_lake(lake: LakeSpec, tmp_path: Path) -> N
     other.mkdir()
     with _engine(lake) as eng:
         _load(eng)
+        eng.flush()  # (the derived rows of the last message: no background commit meanwhile)
         before = _state(eng)
         outside = sorted(p.name for p in out.iterdir())
         for sql in [*HOSTILE, *LAKE_HOSTILE]:

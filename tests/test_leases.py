@@ -17,7 +17,7 @@ import pytest
 
 from cce_duck.changefeed import ChangeFeed
 from cce_duck.errors import ConflictError, StorageError
-from cce_duck.groupcommit import GroupCommit
+from cce_duck.groupcommit import GATHER_MAX_S, GroupCommit
 from cce_duck.lake import load_extensions
 from cce_duck.leases import CatalogLink, CommitLock, Leases, catalog_name
 from tests.lake import pg_database
@@ -173,6 +173,38 @@ def test_group_commit_batches_concurrent_writes_and_fails_only_what_it_covered()
     assert 1 <= len(errors) < 320
     assert gc.per_commit >= 3, gc.per_commit  # 8 writers share commits
     assert gc.commits < 320 / 3
+
+
+def test_a_leader_gathers_as_many_rows_as_recent_commits_carried_and_a_lone_writer_none() -> None:
+    gc = GroupCommit()
+    carried: list[int] = []
+
+    def commit() -> None:
+        cut = gc.cut()
+        carried.append(cut - sum(carried))
+        gc.finished(cut)
+
+    start = time.monotonic()
+    for _ in range(5):  # one writer: every commit carries one row, and nobody waits for more
+        gc.wait(gc.issue(), commit)
+    assert carried == [1] * 5
+    assert time.monotonic() - start < 0.05
+    gc.wait(gc.issue(3), commit)  # a commit of three rows: the next leader gathers three
+    carried.clear()
+    carried.append(8)  # (the rows committed so far)
+
+    def late() -> None:  # a second writer's rows, a few milliseconds after the first's
+        time.sleep(0.004)
+        gc.issue(2)
+
+    helper = threading.Thread(target=late)
+    helper.start()
+    gc.wait(gc.issue(), commit)
+    helper.join()
+    assert carried[1:] == [3]  # it waited for them (within GATHER_MAX_S), one commit for both
+    start = time.monotonic()
+    gc.wait(gc.issue(), commit)  # nobody else comes: it gives up after GATHER_MAX_S
+    assert GATHER_MAX_S * 0.9 <= time.monotonic() - start < 1.0
 
 
 def test_the_change_feed_names_other_processes_sessions(dsn: str, tmp_path: Path) -> None:

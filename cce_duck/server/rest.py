@@ -70,7 +70,7 @@ def add_messages(session_id: str, body: MessagesIn, g: G, who: Who) -> Response:
     uid = writing_user(who, g, sid, body.user_id)
     msgs = [m.model_dump(exclude_none=True) for m in body.messages]
     return JSONDocument({"session_id": sid,
-                         "turns": g.call(g.engine.add_messages, sid, msgs, user_id=uid)})
+                         "turns": g.add(g.engine.add_messages, sid, msgs, user_id=uid)})
 
 
 @router.post("/sessions/{session_id}/context", tags=["sessions"], response_model=dict[str, Any])

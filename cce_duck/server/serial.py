@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cce_duck.engine import Engine
+from cce_duck.errors import CCEError
+from cce_duck.messages import parse_messages
 
 __all__ = ["READERS", "Serialized"]
 
@@ -34,9 +37,22 @@ class Serialized:
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` while holding the write lock; the journal sync its writes need runs after
-        the lock is released, shared with concurrent calls (group commit)."""
-        with self.engine.deferred_sync(), self._lock:
+        the lock is released, shared with concurrent calls (group commit). A call counts as
+        arriving while it waits for the lock, so that a lake's commit under way gathers it
+        (see :meth:`cce_duck.groupcommit.GroupCommit.arriving`). (On a lake a write takes its
+        session's lease, and reads the change feed, inside this lock, as a read refreshes:
+        one order of the write lock and the coordinator's, no deadlock.)"""
+        with self.engine.deferred_sync(), self.engine.writer.group.arriving(), self._lock:
             return fn(*args, **kwargs)
+
+    def add(self, fn: Callable[..., T], session_id: str, messages: Any, **kwargs: Any) -> T:
+        """:meth:`call` of ``fn`` (``Engine.add_messages``); on a lake the messages' text is
+        analysed first, before the write lock is taken (their terms and vectors: the commit
+        that stores them uses them)."""
+        if self.engine.store.lake is not None:
+            with contextlib.suppress(CCEError):  # (raised again by the call, under the lock)
+                self.engine.writer.analyse(parse_messages(messages))
+        return self.call(fn, session_id, messages, **kwargs)
 
     def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn``, one of the engine's reads made safe beside other threads (``context``,

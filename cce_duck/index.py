@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 from threadpoolctl import ThreadpoolController
 
 from cce_duck import ranking
+from cce_duck.allocator import release_arrow_memory
 from cce_duck.embedders.base import Matrix
 from cce_duck.errors import NotFoundError
 from cce_duck.rows import Flushed, quantize
@@ -960,6 +961,7 @@ class IndexCache:
             joined.share_vectors()
             self._joined = joined
             self._evict()
+        release_arrow_memory()  # the Arrow tables the parts were read into are freed by now
         return joined
 
     def take_unstored(self, store: Store, sid: str, unstored: Flushed, *, hot_turns: int,

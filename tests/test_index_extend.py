@@ -21,6 +21,7 @@ import pytest
 from cce_duck import Engine
 from cce_duck.context import is_overview_question
 from cce_duck.index import SessionIndex
+from cce_duck.spill import Vectors
 
 SAMPLE = Path(__file__).resolve().parents[1] / "cce_duck" / "data" / "sample_conversation.json"
 QUESTIONS = [
@@ -57,7 +58,10 @@ def _postings(idx: SessionIndex) -> dict[str, list[tuple[int, float]]]:
 def _same_index(extended: SessionIndex, loaded: SessionIndex) -> None:
     for name in ("turn_no", "ts", "n_terms", "tokens", "note_id", "asks", "mvec", "s_row",
                  "s_no", "s_start", "s_end", "svec", "who_tokens"):
-        assert np.array_equal(getattr(extended, name), getattr(loaded, name)), name
+        a, b = getattr(extended, name), getattr(loaded, name)
+        if isinstance(a, Vectors):
+            a, b = a.all(), b.all()
+        assert np.array_equal(a, b), name
     for name in ("role", "speaker", "content", "micro", "notes", "pins", "uncompressed"):
         assert getattr(extended, name) == getattr(loaded, name), name
     assert extended.key[1] == loaded.key[1]

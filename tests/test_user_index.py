@@ -10,7 +10,7 @@ import numpy as np
 from conftest import TOPICS, topic_messages
 
 from cce_duck import Engine, ranking
-from cce_duck.index import IndexCache
+from cce_duck.index_cache import IndexCache
 
 QUESTIONS = ["How much do the piano lessons cost?", "Who brings the barbecue grill?",
              "crampons", "What did we decide about the trip?", "When is the concert?"]
@@ -70,7 +70,7 @@ def test_joined_user_index_gives_the_plain_contexts(tmp_path: Path) -> None:
         # the parts' vectors are views of the joined index's: held once
         kept = eng.index._joined
         assert kept is not None
-        assert all(np.shares_memory(idx.mvec, kept.mvec) for _, idx in kept.parts)
+        assert all(idx.mvec.same_as(kept.mvec) for _, idx in kept.parts)
 
         # a write to one session: its index is extended, the joined index built again
         eng.add_message(sids[2], "user", "My locker moved to number 777 by the gym.")

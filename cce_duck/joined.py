@@ -1,0 +1,542 @@
+"""A user's sessions as one index: read together, joined end to end, ranked as one conversation.
+
+:func:`load_many` reads the indexes of many sessions with one scan per table
+(``sql/user_index.sql``); :class:`JoinedIndex` lays a user's session indexes end to end, so that
+a question costs a few vector operations whatever the number of sessions;
+:func:`retrieve_across` ranks them (:mod:`cce_duck.ranking`, step 6 included).
+
+**Large users.** Above :attr:`cce_duck.Config.exact_user_turns` turns (:class:`Approx`), the
+joined index keeps compact codes of every message and sentence vector
+(:mod:`cce_duck.projection`) and the exact int8 vectors in a spill file
+(:mod:`cce_duck.spill`) instead of memory. The dense ranking then has an approximate first
+stage: the question is scored against the codes, the ``approx_candidates`` turns with the best
+estimate plus recency are scored exactly from their int8 vectors, and every other turn ranks
+after them in the order of its estimate. Candidates rank among themselves exactly as the
+exact path ranks them; a turn outside them can only enter the hits by its BM25 rank, and is
+then given its exact dense score and best sentence. When the candidates cover every turn the
+ranking is the exact one (``tests/test_user_index.py``). The ``cce_retrieve_user`` macro stays
+exact; how close the two are on a 100,000-message user is in docs/performance.md (Users).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cce_duck import ranking
+from cce_duck.config import Config
+from cce_duck.embedders.base import Matrix
+from cce_duck.folder import SPILL_DIR
+from cce_duck.index import _SIDE_READS, Hit, SessionIndex, _Done, _one_blas_thread
+from cce_duck.projection import Projection
+from cce_duck.spill import SpillFile, Vectors
+from cce_duck.sqlfiles import query
+from cce_duck.store import Store
+from cce_duck.text import query_terms
+
+__all__ = ["Approx", "Coarse", "JoinedIndex", "load_many", "retrieve_across"]
+
+#: Where a turn outside the candidates is moved (below every candidate: a dense score is
+#: within about [-1, 1]), keeping the order of its estimate among the others.
+_BELOW_CANDIDATES = 16.0
+#: A spill file is started afresh when it holds more than twice the rows in use, plus this.
+_SPILL_SLACK_ROWS = 65_536
+_CODE_BATCH_ROWS = 8192  # vectors projected together when the codes are computed
+
+
+@dataclass(frozen=True)
+class Approx:
+    """When a user's joined index ranks with the approximate first stage, and how (the
+    settings of :class:`~cce_duck.Config` of those names; see :mod:`cce_duck.joined`)."""
+
+    above_turns: int        # Config.exact_user_turns
+    candidates: int         # Config.approx_candidates
+    dims: int               # Config.approx_dims
+    sample: int             # Config.approx_sample
+    spill_dir: Path | None  # the data folder's spill files (None: exact vectors in memory)
+    encrypted: bool         # the folder is encrypted: so are its spill files
+
+    @classmethod
+    def of(cls, config: Config, store: Store) -> Approx:
+        """The settings of ``config`` for ``store`` (spilling only in a writable folder)."""
+        folder = store.data_dir
+        spill = folder / SPILL_DIR if folder is not None and not store.read_only else None
+        return cls(above_turns=config.exact_user_turns, candidates=config.approx_candidates,
+                   dims=config.approx_dims, sample=config.approx_sample, spill_dir=spill,
+                   encrypted=store.folder_key is not None)
+
+
+USER_SQL = "user_index.sql"
+
+
+def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, SessionIndex]:
+    """The indexes of several sessions (``keys``: session id -> its key) from one scan of each
+    table (``sql/user_index.sql``), each one what :meth:`SessionIndex.load` gives: for a
+    user's thousand sessions, a few large reads instead of six small ones per session."""
+    params = {"sids": list(keys)}
+    if store.connection is not store.con:  # a reading thread: its snapshot, its cursor
+        side: Any = _Done(_side_tables_many(store.connection, params))
+    else:
+        side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
+    try:
+        turns = _by_session(store.q("many_turns", params, source=USER_SQL).to_arrow_table())
+        mv = _by_session(store.q("many_message_vectors", params, source=USER_SQL)
+                         .to_arrow_table())
+        notes: dict[str, dict[int, dict[str, Any]]] = {}
+        for r in store.q("many_notes", params, source=USER_SQL).to_arrow_table().to_pylist():
+            notes.setdefault(r.pop("session_id"), {})[r["note_id"]] = r
+        pins: dict[str, list[str]] = {}
+        for sid, _, text in store.q("many_pins", params, source=USER_SQL).fetchall():
+            pins.setdefault(sid, []).append(text)
+    finally:
+        sents_t, post_t = side.result()
+    tables = [turns, mv, _by_session(sents_t), _by_session(post_t)]
+    out = {}
+    for sid, key in keys.items():
+        t, m, se, po = (rows.get(sid, none) for rows, none in tables)
+        out[sid] = SessionIndex.from_tables(key, store.dim, t, m, se, po, notes.get(sid, {}),
+                                            pins.get(sid, []))
+    return out
+
+
+def _side_tables_many(reader: duckdb.DuckDBPyConnection, params: dict[str, Any]
+                      ) -> tuple[pa.Table, pa.Table]:
+    """Sentence rows and postings of several sessions, read on ``reader``."""
+    return (reader.execute(query("many_sentences", USER_SQL), params).to_arrow_table(),
+            reader.execute(query("many_postings", USER_SQL), params).to_arrow_table())
+
+
+def _by_session(table: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
+    """``table``'s rows per ``session_id`` (the column left out), in the order they came, and
+    an empty table of the same columns: slices of the table when each session's rows came
+    together (a session's rows are written together, so a scan usually returns them so), else
+    taken apart."""
+    rest = table.drop_columns(["session_id"])
+    if not len(table):
+        return {}, rest
+    enc = pc.dictionary_encode(table.column("session_id")).combine_chunks()
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    names = enc.dictionary.to_pylist()
+    if not (np.diff(codes) >= 0).all():  # codes are given in order of first appearance
+        order = np.argsort(codes, kind="stable")
+        rest, codes = rest.take(order), codes[order]
+    bounds = np.searchsorted(codes, np.arange(len(names) + 1))
+    return {str(names[i]): rest.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
+            for i in range(len(names))}, rest.slice(0, 0)
+
+
+def _rows_block(dim: int) -> int:
+    """Rows of the int8 matrix converted to float64 at a time by :func:`_joined_products`."""
+    return max(1, _JOINED_SCRATCH_BYTES // (8 * max(dim, 1)))
+
+
+_JOINED_SCRATCH_BYTES = 768 * 1024
+
+
+def _joined_products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``mat @ q`` as :func:`_products` gives it (the same float64 values: a row's product does
+    not depend on the rows around it), through one scratch block of 768 KB reused for the
+    whole matrix: for a user's hundreds of thousands of vectors the per-block calls of
+    :func:`_products` cost more than the products."""
+    out = np.empty(len(mat), dtype=np.float64)
+    rows = _rows_block(mat.shape[1])
+    buf = np.empty((min(rows, len(mat)), mat.shape[1]), dtype=np.float64)
+    for i in range(0, len(mat), rows):
+        r = min(rows, len(mat) - i)
+        np.copyto(buf[:r], mat[i : i + r], casting="unsafe")
+        np.dot(buf[:r], q, out=out[i : i + r])
+    return out
+
+
+@dataclass
+class Coarse:
+    """The approximate first stage of a joined index: the projection of the user's vectors and
+    the code of every message and sentence vector, in the joined index's row order."""
+
+    projection: Projection
+    mcode: np.ndarray  # (n, dims) int8
+    scode: np.ndarray  # (m, dims) int8
+    candidates: int
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held."""
+        p = self.projection
+        return int(self.mcode.nbytes + self.scode.nbytes + p.basis.nbytes + p.scale.nbytes)
+
+
+@dataclass
+class JoinedIndex:
+    """Several sessions' indexes laid end to end (a user's, in time order): what
+    :func:`retrieve_across` ranks, in arrays of the whole, so that a question costs a few
+    vector operations whatever the number of sessions.
+
+    ``key`` names the parts it was built from (session id, the index object and its key): a
+    part extended or loaded again since makes it stale (:meth:`matches`). Built by
+    :meth:`build`; :meth:`IndexCache.joined <cce_duck.index_cache.IndexCache.joined>` keeps one
+    per user and makes the parts' own vectors views of its own (:meth:`share_vectors`), so they
+    are held once. ``coarse`` is the approximate first stage of a large user (``None``: every
+    question is scored against every vector).
+    """
+
+    key: tuple[tuple[str, int, tuple[Any, ...]], ...]
+    parts: list[tuple[str, SessionIndex]]
+    starts: np.ndarray           # (parts + 1,) first row of each part
+    mvec: Vectors                # (n, dim) int8
+    svec: Vectors                # (m, dim) int8
+    s_row: np.ndarray            # (m,) row in the whole of each sentence's turn
+    s_no: np.ndarray
+    turn_no: np.ndarray          # (n,) each turn's number in its session
+    pos: np.ndarray              # (n,) position in the whole (a gap of one between sessions)
+    ts: np.ndarray
+    n_terms: np.ndarray
+    asks: np.ndarray
+    speakers: list[str | None]   # the distinct speakers
+    speaker_code: np.ndarray     # (n,) each turn's position in ``speakers``
+    speaker_terms: dict[str, tuple[str, ...]]
+    vocab: pa.Array              # terms of every part; a term's id is its position
+    p_offsets: np.ndarray        # (terms + 1,) CSR offsets
+    p_row: np.ndarray            # row in the whole, term-sorted (parts in order within a term)
+    p_tf: np.ndarray
+    coarse: Coarse | None = None
+    memo: dict[str, Any] = field(default_factory=dict)
+    """Figures of the whole the context builder keeps (the tokens of all of the history)."""
+
+    @staticmethod
+    def key_of(parts: list[tuple[str, SessionIndex]]) -> tuple[tuple[str, int, tuple[Any, ...]],
+                                                                  ...]:
+        """What a joined index of ``parts`` is valid for."""
+        return tuple((sid, id(idx), idx.key) for sid, idx in parts)
+
+    def matches(self, parts: list[tuple[str, SessionIndex]]) -> bool:
+        """Built from these very parts, none changed since (an index is never changed once
+        handed out, and the parts it holds cannot be freed, so the same objects suffice:
+        what :attr:`key` names)."""
+        mine = self.parts
+        return len(mine) == len(parts) and all(
+            b is d and a == c for (a, b), (c, d) in zip(mine, parts, strict=True))
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory held besides the parts' (which share its vectors once cached):
+        the arrays of the whole and the codes of the first stage."""
+        arrays = (self.starts, self.s_row, self.s_no, self.turn_no, self.pos, self.ts,
+                  self.n_terms, self.asks, self.speaker_code, self.p_offsets, self.p_row,
+                  self.p_tf)
+        coarse = self.coarse.nbytes if self.coarse is not None else 0
+        return int(sum(a.nbytes for a in arrays) + self.vocab.nbytes + coarse)
+
+    @classmethod
+    def build(cls, parts: list[tuple[str, SessionIndex]], approx: Approx | None = None,
+              previous: JoinedIndex | None = None) -> JoinedIndex:
+        """Join the (non-empty) ``parts``, in their order. With ``approx`` and more turns than
+        ``approx.above_turns``, with the approximate first stage (``previous``, the joined
+        index kept before, lends its projection, codes and spill file where they still hold)."""
+        idxs = [idx for _, idx in parts]
+        sizes = np.array([len(i.turn_no) for i in idxs], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        pos_l, start = [], 0
+        for idx in idxs:
+            pos_l.append(start + idx.turn_no - int(idx.turn_no[0]))
+            start = int(pos_l[-1][-1]) + 2
+        # postings: every part's term ids mapped to ids of one vocabulary; a stable sort by
+        # that id keeps, within a term, the parts in order (what a term's rows were, part by
+        # part, in retrieve_across before the join)
+        enc = pc.dictionary_encode(pa.concat_arrays([i.vocab.cast(pa.string()) for i in idxs]))
+        gid_of = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        v_starts = np.concatenate([[0], np.cumsum([len(i.vocab) for i in idxs])]).astype(np.int64)
+        gids = np.concatenate([gid_of[v_starts[j]:v_starts[j + 1]][
+            np.repeat(np.arange(len(i.vocab)), np.diff(i.p_offsets))]
+            for j, i in enumerate(idxs)]) if len(gid_of) else np.empty(0, np.int64)
+        rows = np.concatenate([i.p_row.astype(np.int64) + starts[j] for j, i in enumerate(idxs)])
+        tf = np.concatenate([i.p_tf for i in idxs])
+        order = np.argsort(gids, kind="stable")
+        counts = np.bincount(gids, minlength=len(enc.dictionary))
+        speaker_terms: dict[str, tuple[str, ...]] = {}
+        for idx in idxs:
+            speaker_terms.update(idx.speaker_terms)
+        speaker = [sp for i in idxs for sp in i.speaker]
+        code_of: dict[str | None, int] = {}
+        codes = np.array([code_of.setdefault(sp, len(code_of)) for sp in speaker], dtype=np.int32)
+        s_row = np.concatenate([i.s_row + starts[j] for j, i in enumerate(idxs)])
+        if approx is not None and int(starts[-1]) > approx.above_turns:
+            with _one_blas_thread():
+                mvec, svec, coarse = _first_stage(parts, starts, approx, previous)
+        else:
+            mvec = Vectors(np.concatenate([i.mvec.all() for i in idxs]))
+            svec = Vectors(np.concatenate([i.svec.all() for i in idxs]))
+            coarse = None
+        return cls(
+            key=cls.key_of(parts), parts=list(parts), starts=starts, mvec=mvec, svec=svec,
+            s_row=s_row, s_no=np.concatenate([i.s_no for i in idxs]),
+            turn_no=np.concatenate([i.turn_no for i in idxs]),
+            pos=np.concatenate(pos_l).astype(np.int64),
+            ts=np.concatenate([i.ts for i in idxs]),
+            n_terms=np.concatenate([i.n_terms for i in idxs]),
+            asks=np.concatenate([i.asks for i in idxs]),
+            speakers=list(code_of), speaker_code=codes,
+            speaker_terms=speaker_terms,
+            vocab=enc.dictionary, p_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(
+                np.int64),
+            p_row=rows[order].astype(np.int32), p_tf=tf[order], coarse=coarse)
+
+    @cached_property
+    def s_bounds(self) -> np.ndarray:
+        """(parts + 1,) first sentence row of each part."""
+        return np.searchsorted(self.s_row, self.starts)
+
+    @cached_property
+    def s_groups(self) -> np.ndarray:
+        """First sentence row of each run of sentences of one turn."""
+        s = self.s_row
+        return np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]])) if len(s) else s
+
+    def share_vectors(self) -> None:
+        """Make each part's vectors views of the joined ones, so that they are held once (in a
+        spill file for a large user: the parts then hold row numbers)."""
+        bounds = self.s_bounds
+        for j, (_, idx) in enumerate(self.parts):
+            a, b = int(self.starts[j]), int(self.starts[j + 1])
+            sa, sb = int(bounds[j]), int(bounds[j + 1])
+            if len(idx.mvec) == b - a:
+                idx.mvec = self.mvec.slice(a, b)
+            if len(idx.svec) == sb - sa:
+                idx.svec = self.svec.slice(sa, sb)
+
+    def dense(self, q32: np.ndarray, q64: np.ndarray, keep: np.ndarray, boost: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Dense score and best sentence of every turn (:func:`ranking.dense_scores`), and which
+        of them are exact (``None``: all). With the first stage, the ``candidates`` turns
+        among ``keep`` with the best estimate plus ``boost`` (the recency term) are scored
+        exactly; every other turn gets its estimate moved below them all, and no sentence."""
+        if self.coarse is None:
+            dense, best = ranking.dense_scores(_joined_products(self.mvec.all(), q64),
+                                               _joined_products(self.svec.all(), q64),
+                                               self.s_row, self.s_no)
+            return dense, best, None
+        c = self.coarse
+        qd = c.projection.query(q32)
+        est = Projection.scores(c.mcode, qd).astype(np.float64)
+        if len(self.s_row):
+            groups = self.s_groups
+            top = np.maximum.reduceat(Projection.scores(c.scode, qd), groups)
+            at = self.s_row[groups]
+            est[at] = np.maximum(est[at], top)
+        est /= float(ranking.spec().vector_scale)
+        key = np.where(keep, est + boost, -np.inf)
+        n_keep = int(keep.sum())
+        take = min(c.candidates, n_keep)
+        rows = (np.flatnonzero(keep) if take >= n_keep else
+                np.sort(np.argpartition(-key, take - 1)[:take]))
+        exact_dense, exact_best = self.exact_dense(rows, q64)
+        dense = est - _BELOW_CANDIDATES
+        dense[rows] = exact_dense
+        best = np.full(len(dense), -1, dtype=np.int64)
+        best[rows] = exact_best
+        exact = np.zeros(len(dense), dtype=bool)
+        exact[rows] = True
+        return dense, best, exact
+
+    def exact_dense(self, rows: np.ndarray, q64: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Dense score and best sentence of the turns at ``rows`` (ascending), from their int8
+        vectors: the values :func:`ranking.dense_scores` gives them over all the turns."""
+        lo = np.searchsorted(self.s_row, rows)
+        cnt = np.searchsorted(self.s_row, rows + 1) - lo
+        first = np.cumsum(cnt) - cnt
+        sj = np.repeat(lo - first, cnt) + np.arange(int(cnt.sum()))
+        m_raw = _joined_products(self.mvec.take(rows), q64)
+        s_raw = _joined_products(self.svec.take(sj), q64)
+        return ranking.dense_scores(m_raw, s_raw, np.repeat(np.arange(len(rows)), cnt),
+                                    self.s_no[sj])
+
+
+def _first_stage(parts: list[tuple[str, SessionIndex]], starts: np.ndarray, approx: Approx,
+                 previous: JoinedIndex | None) -> tuple[Vectors, Vectors, Coarse]:
+    """The exact vectors (in the spill file, or memory) and the codes of a large user's
+    joined index. The projection, the codes of parts unchanged since ``previous`` (the same
+    user's, when its first session is this one's) and its spill file are reused."""
+    idxs = [idx for _, idx in parts]
+    prev = previous if (previous is not None and previous.coarse is not None and
+                        previous.parts and previous.parts[0][0] == parts[0][0]) else None
+    dim = idxs[0].mvec.dim
+    n_vectors = int(starts[-1]) + sum(len(i.svec) for i in idxs)
+    file: SpillFile | None = None
+    if approx.spill_dir is not None:
+        old = prev.mvec.file if prev is not None else None
+        if old is not None and not old.removed and old.rows <= 2 * n_vectors + _SPILL_SLACK_ROWS:
+            file = old
+        else:
+            file = SpillFile(approx.spill_dir, dim, encrypted=approx.encrypted)
+    projection = prev.coarse.projection if prev is not None and prev.coarse is not None else \
+        Projection.fit(_sample(idxs, approx.sample), approx.dims)
+    s_sizes = np.array([len(i.svec) for i in idxs], dtype=np.int64)
+    s_starts = np.concatenate([[0], np.cumsum(s_sizes)]).astype(np.int64)
+    mcode = np.empty((int(starts[-1]), projection.dims), dtype=np.int8)
+    scode = np.empty((int(s_starts[-1]), projection.dims), dtype=np.int8)
+    reuse = {id(idx): j for j, (_, idx) in enumerate(prev.parts)} if prev is not None else {}
+    m_parts: list[Vectors] = []
+    s_parts: list[Vectors] = []
+    todo: list[tuple[np.ndarray, np.ndarray]] = []  # (where the codes go, the vectors)
+    for j, idx in enumerate(idxs):
+        a, b, sa, sb = int(starts[j]), int(starts[j + 1]), int(s_starts[j]), int(s_starts[j + 1])
+        pj = reuse.get(id(idx))
+        if prev is not None and prev.coarse is not None and pj is not None:
+            pa_, pb = int(prev.starts[pj]), int(prev.starts[pj + 1])
+            psa, psb = int(prev.s_bounds[pj]), int(prev.s_bounds[pj + 1])
+            mcode[a:b] = prev.coarse.mcode[pa_:pb]
+            scode[sa:sb] = prev.coarse.scode[psa:psb]
+            m_mat = s_mat = None
+        else:
+            m_mat, s_mat = idx.mvec.all(), idx.svec.all()
+            todo += [(mcode[a:b], m_mat), (scode[sa:sb], s_mat)]
+        m_parts.append(_placed(idx.mvec, m_mat, file))
+        s_parts.append(_placed(idx.svec, s_mat, file))
+    _codes_into(projection, todo)
+    coarse = Coarse(projection=projection, mcode=mcode, scode=scode,
+                    candidates=approx.candidates)
+    return _joined_vectors(m_parts, file, dim), _joined_vectors(s_parts, file, dim), coarse
+
+
+def _codes_into(projection: Projection, todo: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Write the codes of each ``(where, vectors)`` pair into ``where``, many small matrices
+    (a session's) projected together: one product per few thousand rows."""
+    batch: list[tuple[np.ndarray, np.ndarray]] = []
+    rows = 0
+    for pair in [*todo, None]:
+        if pair is not None and len(pair[1]):
+            batch.append(pair)
+            rows += len(pair[1])
+        if batch and (pair is None or rows >= _CODE_BATCH_ROWS):
+            codes = projection.codes(np.concatenate([m for _, m in batch]))
+            at = 0
+            for where, mat in batch:
+                where[:] = codes[at : at + len(mat)]
+                at += len(mat)
+            batch, rows = [], 0
+
+
+def _placed(vectors: Vectors, mat: np.ndarray | None, file: SpillFile | None) -> Vectors:
+    """``vectors`` in ``file`` (``None``: in memory); ``mat`` is their matrix when already read."""
+    if file is None:
+        return vectors if not vectors.spilled else Vectors(vectors.all() if mat is None else mat)
+    if vectors.file is file:
+        return vectors
+    return Vectors(file=file, at=file.append(vectors.all() if mat is None else mat))
+
+
+def _joined_vectors(parts: list[Vectors], file: SpillFile | None, dim: int) -> Vectors:
+    """The parts' vectors one after the other (all in ``file``, or all in memory)."""
+    if file is None:
+        mats = [v.all() for v in parts]
+        return Vectors(np.concatenate(mats) if mats else np.empty((0, dim), np.int8))
+    return Vectors(file=file, at=np.concatenate([v.at for v in parts if v.at is not None]))
+
+
+def _sample(idxs: list[SessionIndex], size: int) -> np.ndarray:
+    """About ``size`` of the parts' message and sentence vectors, evenly spread (the same ones
+    for the same parts): what the projection is fitted on."""
+    sizes = np.array([n for i in idxs for n in (len(i.mvec), len(i.svec))], dtype=np.int64)
+    total = int(sizes.sum())
+    if not total:
+        return np.empty((0, idxs[0].mvec.dim), dtype=np.int8)
+    picks = np.unique(np.linspace(0, total - 1, min(size, total)).astype(np.int64))
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    out = []
+    for k, vectors in enumerate(v for i in idxs for v in (i.mvec, i.svec)):
+        lo, hi = np.searchsorted(picks, [bounds[k], bounds[k + 1]])
+        if hi > lo:
+            out.append(vectors.take(picks[lo:hi] - bounds[k]))
+    return np.concatenate(out)
+
+
+def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: str, *, k: int,
+                    since: datetime | None = None, until: datetime | None = None,
+                    before: dict[str, int] | None = None, recency_weight: float | None = None,
+                    rrf_k: int | None = None, joined: JoinedIndex | None = None) -> list[Hit]:
+    """The ranking of :mod:`cce_duck.ranking` over several sessions as one conversation.
+
+    ``parts`` are the sessions in time order; their turns are laid end to end (a gap of one
+    position between two sessions, so no turn counts as the reply to another session's
+    question), and BM25 statistics, recency and the fusion are those of the whole. ``before``
+    leaves out each named session's turns from that turn number on (those sent verbatim).
+    Hits are those of :meth:`SessionIndex.retrieve` with ``conversation=True``, ordered by
+    the session prior (step 6 of :mod:`cce_duck.ranking`: it leaves one session's order and
+    scores as they are), plus
+    ``session_id`` and ``pos`` (the position in the whole); ``row`` is the session index's row.
+    ``joined``: the :class:`JoinedIndex` of these parts when one is kept (else, or when it is
+    stale, one is built for the call, exact). A joined index with the first stage
+    (``joined.coarse``) ranks as the module docstring says.
+    """
+    parts = [(sid, idx) for sid, idx in parts if len(idx.turn_no)]
+    if not parts:
+        return []
+    j = joined if joined is not None and joined.matches(parts) else JoinedIndex.build(parts)
+    q32 = np.asarray(qv, dtype=np.float32).reshape(-1)
+    q64 = q32.astype(np.float64)
+    terms = query_terms(query)
+    pos = j.pos
+    recency = (pos + 1.0) / (int(pos[-1]) + 1)
+    keep = np.ones(len(pos), dtype=bool)
+    if since is not None:
+        keep &= j.ts >= np.datetime64(since.replace(tzinfo=None), "us")
+    if until is not None:
+        keep &= j.ts <= np.datetime64(until.replace(tzinfo=None), "us")
+    for i, (sid, _) in enumerate(parts):
+        if before is not None and sid in before:
+            a, b = int(j.starts[i]), int(j.starts[i + 1])
+            keep[a:b] &= j.turn_no[a:b] < before[sid]
+    cand = np.flatnonzero(keep)
+    if not len(cand):
+        return []
+    weight = ranking.spec().recency_weight if recency_weight is None else recency_weight
+    with _one_blas_thread():
+        dense, best, exact = j.dense(q32, q64, keep, weight * recency)
+    postings = []
+    if terms and len(j.vocab):
+        ids = pc.index_in(pa.array([t for t, _ in terms], pa.string()), value_set=j.vocab)
+        for (_, weight_t), tid in zip(terms, ids.to_pylist(), strict=True):
+            if tid is not None:
+                lo, hi = j.p_offsets[tid], j.p_offsets[tid + 1]
+                postings.append((weight_t, j.p_row[lo:hi].astype(np.int64), j.p_tf[lo:hi]))
+    bm25 = ranking.bm25_scores(j.n_terms, postings)
+    named = ranking.named_speakers([t for t, _ in terms], j.speaker_terms)
+    other = ranking.other_speakers(j.speakers, named)[j.speaker_code]  # per distinct speaker
+    if len(cand) == len(pos):  # every turn a candidate: the arrays as they are
+        ranked = ranking.rank(dense, bm25, recency, pos, k=k, recency_weight=recency_weight,
+                              rrf_k=rrf_k, asks=j.asks, n_terms=j.n_terms, other=other)
+    else:
+        ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
+                              recency_weight=recency_weight, rrf_k=rrf_k, asks=j.asks[cand],
+                              n_terms=j.n_terms[cand], other=other[cand])
+    listed = cand[ranked.order]
+    if exact is not None:  # hits outside the candidates (by BM25): their exact scores
+        late = np.unique(listed[~exact[listed]])
+        if len(late):
+            with _one_blas_thread():
+                dense[late], best[late] = j.exact_dense(late, q64)
+    session = np.searchsorted(j.starts, listed, side="right") - 1
+    score = ranking.session_scores(ranked.fused if ranked.score is None else ranked.score,
+                                   ranked.fused, session)
+    final = np.lexsort((-pos[listed], -score))
+    out = []
+    for r, (f, g, which) in enumerate(zip(final.tolist(), listed[final].tolist(),
+                                          session[final].tolist(), strict=True)):
+        sid, idx = parts[which]
+        row = g - int(j.starts[which])
+        nid = int(idx.note_id[row])
+        out.append({
+            "session_id": sid, "pos": int(pos[g]), "turn_no": int(idx.turn_no[row]), "row": row,
+            "note_id": nid if nid >= 0 else None, "role": idx.role[row],
+            "speaker": idx.speaker[row], "ts": idx.ts[row].item(), "dense": float(dense[g]),
+            "best_sentence": int(best[g]) if best[g] >= 0 else None, "bm25": float(bm25[g]),
+            "recency": float(recency[g]), "asks": bool(j.asks[g]), "n_terms": int(j.n_terms[g]),
+            "fused": float(ranked.fused[f]), "rank": r + 1, "score": float(score[f])})
+    return out

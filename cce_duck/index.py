@@ -43,11 +43,13 @@ from threadpoolctl import ThreadpoolController
 
 from cce_duck import ranking
 from cce_duck.embedders.base import Matrix
+from cce_duck.postings import Borrowed, Postings
 from cce_duck.rows import Flushed, quantize
 from cce_duck.spill import Vectors
 from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import cached_terms, estimate_tokens, query_terms
+from cce_duck.texts import Texts
 from cce_duck.topics import TopicTurn
 
 __all__ = ["Hit", "NotePlan", "SessionIndex", "TopicRule"]
@@ -99,7 +101,6 @@ def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
     return flat.astype(np.int8, copy=False).reshape(-1, dim)
 
 
-TERM_ENTRY_BYTES = 120  # a term's string and dict entry in `SessionIndex.term_ids`
 _SCRATCH_BYTES = 48 * 1024  # under the allocator's mmap threshold (cce_duck.allocator)
 
 
@@ -137,52 +138,47 @@ class SessionIndex:
     asks: np.ndarray             # (n,) bool: the turn contains a question mark
     role: list[str]
     speaker: list[str | None]
-    content: list[str | None]    # the turn's text (None when raw text is not kept)
+    content: Texts               # the turn's text (None when raw text is not kept)
     micro: list[str | None]      # its one-line summary, kept only where the text is not
     notes: dict[int, dict[str, Any]]  # note_id -> label, start/end turn and time
     pins: list[str]              # pin texts, oldest first
-    uncompressed: list[dict[str, Any]]  # hot and pending turns with their text, newest first
     mvec: Vectors                # (n, dim) int8
     s_row: np.ndarray            # (m,) int64 row of the turn each sentence belongs to
     s_no: np.ndarray             # (m,) int64
     s_start: np.ndarray          # (m,) int64 character offsets of the sentence
     s_end: np.ndarray
     svec: Vectors                # (m, dim) int8
-    vocab: pa.Array              # terms; a term's id is its position
-    p_offsets: np.ndarray        # (terms + 1,) CSR offsets into the postings arrays
-    p_row: np.ndarray            # postings sorted by term id: row of the turn
-    p_tf: np.ndarray             # and term frequency (int16: stored ones are capped)
+    postings: Postings | Borrowed  # BM25 postings (rows of this index's turns)
     quotes: dict[tuple[int, int | None], tuple[str, int]] = field(default_factory=dict)
     """Memo of the quote cut from a turn: (row, best sentence) -> (text, tokens)."""
     quote_bytes: int = 0
 
     @cached_property
     def base_bytes(self) -> int:
-        """Approximate memory held by what was loaded."""
+        """Approximate memory held by what was loaded (the postings aside)."""
         arrays = (self.turn_no, self.ts, self.n_terms, self.tokens, self.note_id, self.asks,
-                  self.s_row, self.s_no, self.s_start, self.s_end, self.p_offsets,
-                  self.p_row, self.p_tf)
-        text = sum(len(t) for t in self.pins) + sum(
-            len(r["content"]) + 200 for r in self.uncompressed) + sum(
-            len(t) + 50 for t in self.content if t) + sum(len(t) + 50 for t in self.micro if t)
-        return int(sum(a.nbytes for a in arrays) + self.mvec.nbytes + self.svec.nbytes
-                   + self.vocab.nbytes + 16 * len(self.role)
+                  self.s_row, self.s_no, self.s_start, self.s_end)
+        text = sum(len(t) for t in self.pins) + self.content.nbytes + 200 * int(
+            (self.note_id < 0).sum()) + sum(len(t) + 50 for t in self.micro if t)
+        return int(sum(a.nbytes for a in arrays if a.base is None)
+                   + self.mvec.nbytes + self.svec.nbytes + 16 * len(self.role)
                    + 300 * len(self.notes) + text)
 
     @property
     def nbytes(self) -> int:
-        """Approximate memory held, memoised quotes and the term lookup included."""
-        lookup = len(self.__dict__["term_ids"]) * TERM_ENTRY_BYTES if (
-            "term_ids" in self.__dict__) else 0
-        return self.base_bytes + self.quote_bytes + lookup
+        """Approximate memory held, memoised quotes and the postings included (nothing of the
+        arrays and postings shared with a user's joined index)."""
+        return self.base_bytes + self.quote_bytes + self.postings.nbytes
 
     @cached_property
-    def term_ids(self) -> dict[str, int]:
-        """Term -> its id (position in ``vocab``), built by the first extension: in a chat
-        loop a dict lookup of a few terms instead of hashing the whole vocabulary on every query
-        and extension (``pc.index_in``); an index only queried (loaded, never extended) does
-        without it, so a first query costs no more than it did."""
-        return {t: i for i, t in enumerate(self.vocab.to_pylist())}
+    def uncompressed(self) -> list[dict[str, Any]]:
+        """The hot and pending turns with their text, newest first (made when first asked
+        for: a user's thousand sessions need it for the one answered in)."""
+        return [{"turn_no": int(self.turn_no[r]), "role": self.role[r],
+                 "speaker": self.speaker[r], "content": self.content[r],
+                 "ts": self.ts[r].item(), "tokens": int(self.tokens[r])}
+                for r in np.flatnonzero(self.note_id < 0)[::-1].tolist()
+                if self.content[r] is not None]
 
     def remember_quote(self, key: tuple[int, int | None], text: str, tokens: int) -> None:
         """Keep the quote cut from a turn for the next context that quotes it."""
@@ -198,8 +194,7 @@ class SessionIndex:
         new.note_id = self.note_id.copy()
         new.notes = dict(self.notes)
         new.role, new.speaker = list(self.role), list(self.speaker)
-        new.content, new.micro = list(self.content), list(self.micro)
-        new.uncompressed = list(self.uncompressed)
+        new.micro = list(self.micro)
         return new
 
     @classmethod
@@ -255,24 +250,15 @@ class SessionIndex:
         if not _in_order(s_turn, sents.column("sent_no").to_numpy()):
             s_order = np.lexsort((sents.column("sent_no").to_numpy(), s_turn))
             sents, s_turn = sents.take(s_order), s_turn[s_order]
-        enc = pc.dictionary_encode(post.column("term")).combine_chunks()
-        term_id = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        vocab = enc.dictionary
-        order = np.argsort(term_id, kind="stable")
-        counts = np.bincount(term_id, minlength=len(vocab))
-        p_rows = np.searchsorted(turn_no, post.column("turn_no").to_numpy().astype(np.int64))
         role = _interned(turns.column("role"))
         speaker = _interned(turns.column("speaker"))
-        content = turns.column("content").to_pylist()
-        micro = [m if c is None else None
-                 for c, m in zip(content, turns.column("micro").to_pylist(), strict=True)]
+        content = Texts(turns.column("content"))
+        kept = turns.column("content").is_valid().to_numpy(zero_copy_only=False)
+        micro = [None if k else m
+                 for k, m in zip(kept.tolist(), turns.column("micro").to_pylist(), strict=True)]
         note_id = pc.fill_null(turns.column("note_id"), -1).to_numpy().astype(np.int64)
         ts = turns.column("ts").to_numpy().astype("datetime64[us]")
         tokens = turns.column("tokens").to_numpy().astype(np.int64)
-        uncompressed = [
-            {"turn_no": int(turn_no[r]), "role": role[r], "speaker": speaker[r],
-             "content": content[r], "ts": ts[r].item(), "tokens": int(tokens[r])}
-            for r in np.flatnonzero(note_id < 0)[::-1] if content[r] is not None]
         return cls(
             key=key,
             turn_no=turn_no,
@@ -288,17 +274,13 @@ class SessionIndex:
             micro=micro,
             notes=notes,
             pins=pins,
-            uncompressed=uncompressed,
             mvec=Vectors(mvec),
             s_row=np.searchsorted(turn_no, s_turn),
             s_no=sents.column("sent_no").to_numpy().astype(np.int64),
             s_start=sents.column("start_char").to_numpy().astype(np.int64),
             s_end=sents.column("end_char").to_numpy().astype(np.int64),
             svec=Vectors(_int8_matrix(sents.column("vector"), dim)),
-            vocab=vocab,
-            p_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
-            p_row=p_rows[order].astype(np.int32),
-            p_tf=post.column("tf").to_numpy().astype(np.int16)[order],
+            postings=Postings.of_table(post, turn_no),
         )
 
     def extend(self, flushed: Flushed, sid: str) -> bool:
@@ -327,13 +309,7 @@ class SessionIndex:
             self.note_id[r] = nid
         for n in flushed.notes.get(sid, []):
             self.notes[int(n["note_id"])] = dict(n)
-        added = [  # the new uncompressed turns, newest first, before the older ones
-            {"turn_no": int(self.turn_no[r]), "role": self.role[r], "speaker": self.speaker[r],
-             "content": self.content[r], "ts": self.ts[r].item(), "tokens": int(self.tokens[r])}
-            for r in range(len(self.turn_no) - 1, len(self.turn_no) - len(turns) - 1, -1)
-            if self.content[r] is not None]
-        done = {t for t, _ in assigned}
-        self.uncompressed = [u for u in added + self.uncompressed if u["turn_no"] not in done]
+        self.__dict__.pop("uncompressed", None)
         self.key = (self.key[0] if flushed.updated_at is None else flushed.updated_at, stop)
         self.__dict__.pop("base_bytes", None)
         return True
@@ -360,7 +336,7 @@ class SessionIndex:
         speakers = set(self.speaker)
         self.role += [t["role"] for t in turns]
         self.speaker += [t["speaker"] for t in turns]
-        self.content += [t["content"] for t in turns]
+        self.content = self.content.appended(t["content"] for t in turns)
         self.micro += [t["micro"] if t["content"] is None else None for t in turns]
         if "who_tokens" in self.__dict__:
             self.who_tokens = np.concatenate([self.who_tokens, np.array(
@@ -387,34 +363,7 @@ class SessionIndex:
             self.s_end = np.concatenate([self.s_end, np.array([r[4] for r in srows], np.int64)])
             self.svec = self.svec.append(sv)
         if post:
-            self._add_postings(post, turn_no)
-
-    def _add_postings(self, post: list[tuple[str, str, int, int]], turn_no: np.ndarray) -> None:
-        """Merge new postings into the term-sorted arrays (each term's new rows after its old
-        ones; a new term gets the next id)."""
-        lookup = self.term_ids
-        unseen: list[str] = []
-        for p in post:
-            if p[1] not in lookup:
-                lookup[p[1]] = len(self.vocab) + len(unseen)
-                unseen.append(p[1])
-        vocab = pa.concat_arrays([self.vocab, pa.array(unseen, self.vocab.type)]) if unseen \
-            else self.vocab
-        ids = np.array([lookup[p[1]] for p in post], dtype=np.int64)
-        order = np.argsort(ids, kind="stable")
-        ids = ids[order]
-        rows = np.searchsorted(turn_no, np.array([p[2] for p in post], dtype=np.int64))[order]
-        tf = np.array([p[3] for p in post], dtype=np.int16)[order]
-        # each new posting goes after the last old one of its term (a new term's: at the end)
-        ends = np.concatenate([self.p_offsets[1:],
-                               np.full(len(vocab) - len(self.vocab), self.p_offsets[-1])])
-        self.p_row = np.insert(self.p_row, ends[ids], rows.astype(np.int32))
-        self.p_tf = np.insert(self.p_tf, ends[ids], tf)
-        counts = np.diff(self.p_offsets)
-        counts = np.concatenate([counts, np.zeros(len(vocab) - len(counts), dtype=counts.dtype)])
-        counts += np.bincount(ids, minlength=len(vocab)).astype(counts.dtype)
-        self.p_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        self.vocab = vocab
+            self.postings = self.postings.own().added(post, turn_no)
 
     @cached_property
     def who_tokens(self) -> np.ndarray:
@@ -523,17 +472,7 @@ class SessionIndex:
         return {sp: cached_terms(sp) for sp in set(self.speaker) if sp}
 
     def _bm25(self, terms: list[tuple[str, float]]) -> np.ndarray:
-        if not terms or not len(self.vocab):
-            return np.zeros(len(self.turn_no))
-        lookup: dict[str, int] | None = self.__dict__.get("term_ids")  # (made by an extension)
-        ids = [lookup.get(t) for t, _ in terms] if lookup is not None else pc.index_in(
-            pa.array([t for t, _ in terms], pa.string()), value_set=self.vocab).to_pylist()
-        postings = []
-        for (_, weight), tid in zip(terms, ids, strict=True):
-            if tid is not None:
-                lo, hi = self.p_offsets[tid], self.p_offsets[tid + 1]
-                postings.append((weight, self.p_row[lo:hi], self.p_tf[lo:hi]))
-        return ranking.bm25_scores(self.n_terms, postings)
+        return ranking.bm25_scores(self.n_terms, self.postings.of_terms(terms))
 
 
 _SIDE_READS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cce-index-load")

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from cce_duck import ranking
-from cce_duck.allocator import release_arrow_memory
+from cce_duck.allocator import release_arrow_memory, release_free_memory
+from cce_duck.bulkload import USER_SQL, load_many, load_user
 from cce_duck.errors import NotFoundError
 from cce_duck.index import NotePlan, SessionIndex, TopicRule
-from cce_duck.joined import USER_SQL, Approx, JoinedIndex, load_many
+from cce_duck.joined import Approx, JoinedIndex
 from cce_duck.rows import Flushed
 from cce_duck.spill import remove_spill_files
 from cce_duck.store import Store
@@ -152,11 +153,42 @@ class IndexCache:
                 items, gens, now = self._items, self._generation, store.generation
                 if all(items.get(sid) is idx and gens.get(sid) == now for sid, idx in kept[1]):
                     return kept[1], kept[2]
-        parts = list(zip(sids, self.many(store, sids), strict=True))
-        joined = self.joined(parts)
+        loaded = self._load_user(store, sids)
+        if loaded is not None:
+            parts, joined = loaded
+        else:
+            parts = list(zip(sids, self.many(store, sids), strict=True))
+            joined = self.joined(parts)
         with self._lock:
             self._user = (list(sids), parts, joined)
         return parts, joined
+
+    def _load_user(self, store: Store, sids: list[str]
+                   ) -> tuple[list[tuple[str, SessionIndex]], JoinedIndex | None] | None:
+        """A user none of whose sessions is cached, read and laid out at once
+        (:func:`~cce_duck.bulkload.load_user`); ``None`` when some are cached (then only the
+        others are read, :meth:`many`, and the joined index is built from all)."""
+        with self._lock, store.snapshot():
+            if any(self.current(store, sid) is not None for sid in sids):
+                return None
+            generation = store.generation
+            states = {str(r[0]): (r[2], int(r[1])) for r in store.q(
+                "many_states", {"sids": sids}, source=USER_SQL).fetchall()}
+            missing = [sid for sid in sids if sid not in states]
+            if missing:
+                raise NotFoundError(f"unknown session {missing[0]!r}")
+            indexes, joined = load_user(store, {sid: states[sid] for sid in sids}, self.approx)
+            self.bulk_loads += 1
+            self.loads += len(indexes)
+            for sid, idx in zip(sids, indexes, strict=True):
+                self._items[sid] = idx
+                self._generation[sid] = generation
+                self._items.move_to_end(sid)
+            self._joined = joined
+            self._evict()
+        release_arrow_memory()  # the tables the user was read into are freed by now
+        release_free_memory()
+        return list(zip(sids, indexes, strict=True)), joined
 
     def joined(self, parts: list[tuple[str, SessionIndex]]) -> JoinedIndex | None:
         """The joined index of ``parts`` (a user's sessions in time order), built when the one
@@ -174,7 +206,10 @@ class IndexCache:
             joined.share_vectors()
             self._joined = joined
             self._evict()
-        release_arrow_memory()  # the Arrow tables the parts were read into are freed by now
+        # the Arrow tables the parts were read into, and the arrays a former join held, are
+        # freed by now: their pages go back to the system
+        release_arrow_memory()
+        release_free_memory()
         return joined
 
     def take_unstored(self, store: Store, sid: str, unstored: Flushed, *, hot_turns: int,

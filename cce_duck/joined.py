@@ -26,7 +26,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,14 +34,14 @@ from cce_duck import ranking
 from cce_duck.config import Config
 from cce_duck.embedders.base import Matrix
 from cce_duck.folder import SPILL_DIR
-from cce_duck.index import _SIDE_READS, Hit, SessionIndex, _Done, _one_blas_thread
+from cce_duck.index import Hit, SessionIndex, _one_blas_thread
+from cce_duck.postings import Borrowed, Postings
 from cce_duck.projection import Projection
 from cce_duck.spill import SpillFile, Vectors
-from cce_duck.sqlfiles import query
 from cce_duck.store import Store
 from cce_duck.text import query_terms
 
-__all__ = ["Approx", "Coarse", "JoinedIndex", "load_many", "retrieve_across"]
+__all__ = ["Approx", "Coarse", "JoinedIndex", "new_spill", "retrieve_across"]
 
 #: Where a turn outside the candidates is moved (below every candidate: a dense score is
 #: within about [-1, 1]), keeping the order of its estimate among the others.
@@ -72,65 +71,6 @@ class Approx:
         return cls(above_turns=config.exact_user_turns, candidates=config.approx_candidates,
                    dims=config.approx_dims, sample=config.approx_sample, spill_dir=spill,
                    encrypted=store.folder_key is not None)
-
-
-USER_SQL = "user_index.sql"
-
-
-def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, SessionIndex]:
-    """The indexes of several sessions (``keys``: session id -> its key) from one scan of each
-    table (``sql/user_index.sql``), each one what :meth:`SessionIndex.load` gives: for a
-    user's thousand sessions, a few large reads instead of six small ones per session."""
-    params = {"sids": list(keys)}
-    if store.connection is not store.con:  # a reading thread: its snapshot, its cursor
-        side: Any = _Done(_side_tables_many(store.connection, params))
-    else:
-        side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
-    try:
-        turns = _by_session(store.q("many_turns", params, source=USER_SQL).to_arrow_table())
-        mv = _by_session(store.q("many_message_vectors", params, source=USER_SQL)
-                         .to_arrow_table())
-        notes: dict[str, dict[int, dict[str, Any]]] = {}
-        for r in store.q("many_notes", params, source=USER_SQL).to_arrow_table().to_pylist():
-            notes.setdefault(r.pop("session_id"), {})[r["note_id"]] = r
-        pins: dict[str, list[str]] = {}
-        for sid, _, text in store.q("many_pins", params, source=USER_SQL).fetchall():
-            pins.setdefault(sid, []).append(text)
-    finally:
-        sents_t, post_t = side.result()
-    tables = [turns, mv, _by_session(sents_t), _by_session(post_t)]
-    out = {}
-    for sid, key in keys.items():
-        t, m, se, po = (rows.get(sid, none) for rows, none in tables)
-        out[sid] = SessionIndex.from_tables(key, store.dim, t, m, se, po, notes.get(sid, {}),
-                                            pins.get(sid, []))
-    return out
-
-
-def _side_tables_many(reader: duckdb.DuckDBPyConnection, params: dict[str, Any]
-                      ) -> tuple[pa.Table, pa.Table]:
-    """Sentence rows and postings of several sessions, read on ``reader``."""
-    return (reader.execute(query("many_sentences", USER_SQL), params).to_arrow_table(),
-            reader.execute(query("many_postings", USER_SQL), params).to_arrow_table())
-
-
-def _by_session(table: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
-    """``table``'s rows per ``session_id`` (the column left out), in the order they came, and
-    an empty table of the same columns: slices of the table when each session's rows came
-    together (a session's rows are written together, so a scan usually returns them so), else
-    taken apart."""
-    rest = table.drop_columns(["session_id"])
-    if not len(table):
-        return {}, rest
-    enc = pc.dictionary_encode(table.column("session_id")).combine_chunks()
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    names = enc.dictionary.to_pylist()
-    if not (np.diff(codes) >= 0).all():  # codes are given in order of first appearance
-        order = np.argsort(codes, kind="stable")
-        rest, codes = rest.take(order), codes[order]
-    bounds = np.searchsorted(codes, np.arange(len(names) + 1))
-    return {str(names[i]): rest.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
-            for i in range(len(names))}, rest.slice(0, 0)
 
 
 def _rows_block(dim: int) -> int:
@@ -202,10 +142,7 @@ class JoinedIndex:
     speakers: list[str | None]   # the distinct speakers
     speaker_code: np.ndarray     # (n,) each turn's position in ``speakers``
     speaker_terms: dict[str, tuple[str, ...]]
-    vocab: pa.Array              # terms of every part; a term's id is its position
-    p_offsets: np.ndarray        # (terms + 1,) CSR offsets
-    p_row: np.ndarray            # row in the whole, term-sorted (parts in order within a term)
-    p_tf: np.ndarray
+    postings: Postings           # rows in the whole; within a term, ascending
     coarse: Coarse | None = None
     memo: dict[str, Any] = field(default_factory=dict)
     """Figures of the whole the context builder keeps (the tokens of all of the history)."""
@@ -229,10 +166,9 @@ class JoinedIndex:
         """Approximate memory held besides the parts' (which share its vectors once cached):
         the arrays of the whole and the codes of the first stage."""
         arrays = (self.starts, self.s_row, self.s_no, self.turn_no, self.pos, self.ts,
-                  self.n_terms, self.asks, self.speaker_code, self.p_offsets, self.p_row,
-                  self.p_tf)
+                  self.n_terms, self.asks, self.speaker_code)
         coarse = self.coarse.nbytes if self.coarse is not None else 0
-        return int(sum(a.nbytes for a in arrays) + self.vocab.nbytes + coarse)
+        return int(sum(a.nbytes for a in arrays) + self.postings.nbytes + coarse)
 
     @classmethod
     def build(cls, parts: list[tuple[str, SessionIndex]], approx: Approx | None = None,
@@ -247,19 +183,6 @@ class JoinedIndex:
         for idx in idxs:
             pos_l.append(start + idx.turn_no - int(idx.turn_no[0]))
             start = int(pos_l[-1][-1]) + 2
-        # postings: every part's term ids mapped to ids of one vocabulary; a stable sort by
-        # that id keeps, within a term, the parts in order (what a term's rows were, part by
-        # part, in retrieve_across before the join)
-        enc = pc.dictionary_encode(pa.concat_arrays([i.vocab.cast(pa.string()) for i in idxs]))
-        gid_of = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        v_starts = np.concatenate([[0], np.cumsum([len(i.vocab) for i in idxs])]).astype(np.int64)
-        gids = np.concatenate([gid_of[v_starts[j]:v_starts[j + 1]][
-            np.repeat(np.arange(len(i.vocab)), np.diff(i.p_offsets))]
-            for j, i in enumerate(idxs)]) if len(gid_of) else np.empty(0, np.int64)
-        rows = np.concatenate([i.p_row.astype(np.int64) + starts[j] for j, i in enumerate(idxs)])
-        tf = np.concatenate([i.p_tf for i in idxs])
-        order = np.argsort(gids, kind="stable")
-        counts = np.bincount(gids, minlength=len(enc.dictionary))
         speaker_terms: dict[str, tuple[str, ...]] = {}
         for idx in idxs:
             speaker_terms.update(idx.speaker_terms)
@@ -283,10 +206,8 @@ class JoinedIndex:
             n_terms=np.concatenate([i.n_terms for i in idxs]),
             asks=np.concatenate([i.asks for i in idxs]),
             speakers=list(code_of), speaker_code=codes,
-            speaker_terms=speaker_terms,
-            vocab=enc.dictionary, p_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(
-                np.int64),
-            p_row=rows[order].astype(np.int32), p_tf=tf[order], coarse=coarse)
+            speaker_terms=speaker_terms, postings=_joined_postings(idxs, starts, previous),
+            coarse=coarse)
 
     @cached_property
     def s_bounds(self) -> np.ndarray:
@@ -300,16 +221,23 @@ class JoinedIndex:
         return np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]])) if len(s) else s
 
     def share_vectors(self) -> None:
-        """Make each part's vectors views of the joined ones, so that they are held once (in a
-        spill file for a large user: the parts then hold row numbers)."""
+        """Make what each part holds and the joined index holds too views of the joined
+        arrays, so that it is held once: vectors (in a spill file for a large user: the parts
+        then hold row numbers), per-turn arrays and postings (:class:`Borrowed`). The values
+        are the same: a thread reading a part meanwhile reads either."""
         bounds = self.s_bounds
         for j, (_, idx) in enumerate(self.parts):
             a, b = int(self.starts[j]), int(self.starts[j + 1])
             sa, sb = int(bounds[j]), int(bounds[j + 1])
-            if len(idx.mvec) == b - a:
-                idx.mvec = self.mvec.slice(a, b)
-            if len(idx.svec) == sb - sa:
-                idx.svec = self.svec.slice(sa, sb)
+            if len(idx.turn_no) != b - a or len(idx.s_no) != sb - sa:
+                continue
+            idx.mvec = self.mvec.slice(a, b)
+            idx.svec = self.svec.slice(sa, sb)
+            idx.turn_no, idx.ts = self.turn_no[a:b], self.ts[a:b]
+            idx.n_terms, idx.asks = self.n_terms[a:b], self.asks[a:b]
+            idx.s_no = self.s_no[sa:sb]
+            idx.postings = Borrowed(self.postings, a, b)
+            idx.__dict__.pop("base_bytes", None)
 
     def dense(self, q32: np.ndarray, q64: np.ndarray, keep: np.ndarray, boost: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -358,6 +286,55 @@ class JoinedIndex:
                                     self.s_no[sj])
 
 
+def _joined_postings(idxs: list[SessionIndex], starts: np.ndarray,
+                     previous: JoinedIndex | None) -> Postings:
+    """The postings of the parts laid end to end (rows of the whole; within a term, rows
+    ascending). A part that reads its postings in ``previous`` (:class:`Borrowed`, unchanged
+    since) has them taken from there, moved to its new place, without a pass of its own."""
+    whole = previous.postings if previous is not None else None
+    borrowed = [(j, p) for j, i in enumerate(idxs)
+                if isinstance(p := i.postings, Borrowed) and p.whole is whole]
+    gids: list[np.ndarray] = []
+    rows: list[np.ndarray] = []
+    tfs: list[np.ndarray] = []
+    vocabs: list[pa.Array] = []
+    if whole is not None and borrowed:
+        old_a = np.array([p.a for _, p in borrowed], dtype=np.int64)
+        old_b = np.array([p.b for _, p in borrowed], dtype=np.int64)
+        new_a = starts[[j for j, _ in borrowed]]
+        order = np.argsort(old_a)
+        old_a, old_b, new_a = old_a[order], old_b[order], new_a[order]
+        r = whole.rows.astype(np.int64)
+        k = np.searchsorted(old_a, r, side="right") - 1
+        ok = (k >= 0) & (r < old_b[np.maximum(k, 0)])
+        g = np.repeat(np.arange(len(whole.vocab), dtype=np.int64), np.diff(whole.offsets))
+        gids.append(g[ok])
+        rows.append(r[ok] - old_a[k[ok]] + new_a[k[ok]])
+        tfs.append(whole.tf[ok])
+        vocabs.append(whole.vocab.cast(pa.string()))
+    done = {j for j, _ in borrowed} if borrowed else set()
+    own = [(j, idxs[j].postings.own()) for j in range(len(idxs)) if j not in done]
+    vocabs += [p.vocab.cast(pa.string()) for _, p in own]
+    enc = pc.dictionary_encode(pa.concat_arrays(vocabs)) if vocabs else None
+    if enc is None:
+        return Postings(pa.array([], pa.string()), np.zeros(1, np.int32),
+                        np.empty(0, np.int32), np.empty(0, np.int16))
+    gid_of = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    at = len(vocabs[0]) if whole is not None and borrowed else 0  # (the borrowed ids are kept)
+    for j, p in own:
+        ids = gid_of[at : at + len(p.vocab)]
+        at += len(p.vocab)
+        gids.append(ids[np.repeat(np.arange(len(p.vocab)), np.diff(p.offsets))])
+        rows.append(p.rows.astype(np.int64) + starts[j])
+        tfs.append(p.tf)
+    gid = np.concatenate(gids)
+    row = np.concatenate(rows)
+    order = np.lexsort((row, gid))
+    counts = np.bincount(gid, minlength=len(enc.dictionary))
+    return Postings(enc.dictionary, np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
+                    row[order].astype(np.int32), np.concatenate(tfs)[order])
+
+
 def _first_stage(parts: list[tuple[str, SessionIndex]], starts: np.ndarray, approx: Approx,
                  previous: JoinedIndex | None) -> tuple[Vectors, Vectors, Coarse]:
     """The exact vectors (in the spill file, or memory) and the codes of a large user's
@@ -368,13 +345,9 @@ def _first_stage(parts: list[tuple[str, SessionIndex]], starts: np.ndarray, appr
                         previous.parts and previous.parts[0][0] == parts[0][0]) else None
     dim = idxs[0].mvec.dim
     n_vectors = int(starts[-1]) + sum(len(i.svec) for i in idxs)
-    file: SpillFile | None = None
-    if approx.spill_dir is not None:
-        old = prev.mvec.file if prev is not None else None
-        if old is not None and not old.removed and old.rows <= 2 * n_vectors + _SPILL_SLACK_ROWS:
-            file = old
-        else:
-            file = SpillFile(approx.spill_dir, dim, encrypted=approx.encrypted)
+    old = prev.mvec.file if prev is not None else None
+    file = old if (approx.spill_dir is not None and old is not None and not old.removed
+                   and old.rows <= 2 * n_vectors + _SPILL_SLACK_ROWS) else new_spill(approx, dim)
     projection = prev.coarse.projection if prev is not None and prev.coarse is not None else \
         Projection.fit(_sample(idxs, approx.sample), approx.dims)
     s_sizes = np.array([len(i.svec) for i in idxs], dtype=np.int64)
@@ -440,21 +413,37 @@ def _joined_vectors(parts: list[Vectors], file: SpillFile | None, dim: int) -> V
     return Vectors(file=file, at=np.concatenate([v.at for v in parts if v.at is not None]))
 
 
-def _sample(idxs: list[SessionIndex], size: int) -> np.ndarray:
-    """About ``size`` of the parts' message and sentence vectors, evenly spread (the same ones
-    for the same parts): what the projection is fitted on."""
-    sizes = np.array([n for i in idxs for n in (len(i.mvec), len(i.svec))], dtype=np.int64)
+def new_spill(approx: Approx, dim: int) -> SpillFile | None:
+    """A new spill file for a large user's vectors (``None``: they stay in memory)."""
+    if approx.spill_dir is None:
+        return None
+    return SpillFile(approx.spill_dir, dim, encrypted=approx.encrypted)
+
+
+def _sample_picks(sizes: np.ndarray, size: int) -> list[tuple[int, np.ndarray]]:
+    """About ``size`` rows evenly spread over blocks of ``sizes`` rows laid end to end: each
+    block with rows picked and those rows (counted from the block's first)."""
     total = int(sizes.sum())
     if not total:
-        return np.empty((0, idxs[0].mvec.dim), dtype=np.int8)
+        return []
     picks = np.unique(np.linspace(0, total - 1, min(size, total)).astype(np.int64))
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     out = []
-    for k, vectors in enumerate(v for i in idxs for v in (i.mvec, i.svec)):
+    for k in range(len(sizes)):
         lo, hi = np.searchsorted(picks, [bounds[k], bounds[k + 1]])
         if hi > lo:
-            out.append(vectors.take(picks[lo:hi] - bounds[k]))
-    return np.concatenate(out)
+            out.append((k, picks[lo:hi] - bounds[k]))
+    return out
+
+
+def _sample(idxs: list[SessionIndex], size: int) -> np.ndarray:
+    """About ``size`` of the parts' message and sentence vectors, evenly spread (each part's
+    messages, then its sentences, part after part; the same ones for the same parts): what the
+    projection is fitted on."""
+    blocks = [v for i in idxs for v in (i.mvec, i.svec)]
+    picked = [blocks[k].take(rows) for k, rows in
+              _sample_picks(np.array([len(v) for v in blocks], dtype=np.int64), size)]
+    return np.concatenate(picked) if picked else np.empty((0, idxs[0].mvec.dim), np.int8)
 
 
 def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: str, *, k: int,
@@ -499,14 +488,7 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     weight = ranking.spec().recency_weight if recency_weight is None else recency_weight
     with _one_blas_thread():
         dense, best, exact = j.dense(q32, q64, keep, weight * recency)
-    postings = []
-    if terms and len(j.vocab):
-        ids = pc.index_in(pa.array([t for t, _ in terms], pa.string()), value_set=j.vocab)
-        for (_, weight_t), tid in zip(terms, ids.to_pylist(), strict=True):
-            if tid is not None:
-                lo, hi = j.p_offsets[tid], j.p_offsets[tid + 1]
-                postings.append((weight_t, j.p_row[lo:hi].astype(np.int64), j.p_tf[lo:hi]))
-    bm25 = ranking.bm25_scores(j.n_terms, postings)
+    bm25 = ranking.bm25_scores(j.n_terms, j.postings.of_terms(terms))
     named = ranking.named_speakers([t for t, _ in terms], j.speaker_terms)
     other = ranking.other_speakers(j.speakers, named)[j.speaker_code]  # per distinct speaker
     if len(cand) == len(pos):  # every turn a candidate: the arrays as they are

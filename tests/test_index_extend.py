@@ -48,11 +48,8 @@ def _messages() -> list[dict[str, Any]]:
     return out
 
 
-def _postings(idx: SessionIndex) -> dict[str, list[tuple[int, float]]]:
-    terms = idx.vocab.to_pylist()
-    return {terms[t]: sorted(zip(idx.p_row[lo:hi].tolist(), idx.p_tf[lo:hi].tolist(),
-                                 strict=True))
-            for t, (lo, hi) in enumerate(zip(idx.p_offsets[:-1], idx.p_offsets[1:], strict=True))}
+def _postings(idx: SessionIndex) -> dict[str, list[tuple[int, int]]]:
+    return idx.postings.as_dict()
 
 
 def _same_index(extended: SessionIndex, loaded: SessionIndex) -> None:

@@ -491,14 +491,10 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     bm25 = ranking.bm25_scores(j.n_terms, j.postings.of_terms(terms))
     named = ranking.named_speakers([t for t, _ in terms], j.speaker_terms)
     other = ranking.other_speakers(j.speakers, named)[j.speaker_code]  # per distinct speaker
-    if len(cand) == len(pos):  # every turn a candidate: the arrays as they are
-        ranked = ranking.rank(dense, bm25, recency, pos, k=k, recency_weight=recency_weight,
-                              rrf_k=rrf_k, asks=j.asks, n_terms=j.n_terms, other=other)
-    else:
-        ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], pos[cand], k=k,
-                              recency_weight=recency_weight, rrf_k=rrf_k, asks=j.asks[cand],
-                              n_terms=j.n_terms[cand], other=other[cand])
-    listed = cand[ranked.order]
+    ranked = ranking.rank(dense, bm25, recency, pos, k=k, recency_weight=recency_weight,
+                          rrf_k=rrf_k, asks=j.asks, n_terms=j.n_terms, other=other,
+                          keep=None if len(cand) == len(pos) else keep)
+    listed = ranked.order
     if exact is not None:  # hits outside the candidates (by BM25): their exact scores
         late = np.unique(listed[~exact[listed]])
         if len(late):

@@ -164,6 +164,24 @@ def test_rank_is_the_full_sort_by_both_keys() -> None:
         assert got.score is not None
         assert (got.order.tolist(), got.fused.tolist(), got.score.tolist()) == _plain_rank(
             dense, bm25, recency, turn_no, k, asks, other, n_terms)
+        # some rows left out (a window, the turns sent verbatim): as if they were not given
+        keep = rng.random(n) < 0.9
+        keep[-min(n, 30):] = False
+        cand = np.flatnonzero(keep)
+        got = ranking.rank(dense, bm25, recency, turn_no, k=k, asks=asks, other=other,
+                           n_terms=n_terms, keep=keep)
+        order, fused, score = _plain_rank(dense[cand], bm25[cand], recency[cand],
+                                          turn_no[cand], k, asks[cand], other[cand],
+                                          n_terms[cand])
+        assert got.score is not None
+        assert (got.order.tolist(), got.fused.tolist(), got.score.tolist()) == (
+            cand[order].tolist(), fused, score)
+        # without a recency weight, equal dense scores are equal keys: the turn order decides
+        got = ranking.rank(dense, bm25, recency, turn_no, k=k, asks=asks, other=other,
+                           n_terms=n_terms, recency_weight=0.0)
+        assert got.score is not None
+        assert (got.order.tolist(), got.fused.tolist(), got.score.tolist()) == _plain_rank(
+            dense, bm25, recency * 0.0, turn_no, k, asks, other, n_terms)
 
 
 def test_dense_scores_grouped_and_not() -> None:

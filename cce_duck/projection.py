@@ -22,7 +22,9 @@ import numpy as np
 
 __all__ = ["Projection"]
 
-_BLOCK_ROWS = 4096  # codes turned to float32 at a time when scoring (1.5 MB for 96 dims)
+_BLOCK_ROWS = 4096  # vectors projected at a time when codes are made
+_SCORE_ROWS = 1024  # codes turned to float32 at a time when scored (384 KB for 96 dims: in
+#                     cache; 11.7 ms for 312,000 codes against 15.8 with 4,096, 2026-12-02)
 _CLIP_QUANTILE = 0.999
 
 
@@ -73,7 +75,7 @@ class Projection:
         """``codes @ qd`` in float32, a block at a time: the estimate of each vector's int8
         product with the question (the stored scale, ``vector_scale``, included)."""
         out = np.empty(len(codes), dtype=np.float32)
-        rows = min(_BLOCK_ROWS, max(len(codes), 1))
+        rows = min(_SCORE_ROWS, max(len(codes), 1))
         buf = np.empty((rows, codes.shape[1]), dtype=np.float32)
         for i in range(0, len(codes), rows):
             r = min(rows, len(codes) - i)

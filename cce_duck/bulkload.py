@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cce_duck.index import _ASKS, _SIDE_READS, SessionIndex, _Done, _interned, _one_blas_thread
+from cce_duck.blas import one_blas_thread
+from cce_duck.index import _ASKS, _SIDE_READS, SessionIndex, _Done, _interned
 from cce_duck.joined import (
     Approx,
     Coarse,
@@ -208,7 +209,7 @@ def load_user(store: Store, keys: dict[str, tuple[Any, ...]], approx: Approx | N
     starts = bounds[[*nonempty, len(keys)]] if nonempty else np.zeros(1, np.int64)
     coarse = None
     if approx is not None and n > approx.above_turns:
-        with _one_blas_thread():
+        with one_blas_thread():
             mvec, svec, coarse = _first_stage(m_rows.take, m_order, s_rows.take, s_keep,
                                               bounds, s_bounds, approx, dim)
     else:

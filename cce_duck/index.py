@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import copy
 import re
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -39,10 +37,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from threadpoolctl import ThreadpoolController
 
 from cce_duck import ranking
+from cce_duck.blas import one_blas_thread
 from cce_duck.embedders.base import Matrix
+
+# (a user's joined index and its ranking live in cce_duck.joined; named here too, where the
+# cce_retrieve_user_v1 macro's header says it is computed)
+from cce_duck.joined import JoinedIndex, retrieve_across
 from cce_duck.postings import Borrowed, Postings
 from cce_duck.rows import Flushed, quantize
 from cce_duck.spill import Vectors
@@ -52,42 +54,13 @@ from cce_duck.text import cached_terms, estimate_tokens, query_terms
 from cce_duck.texts import Texts
 from cce_duck.topics import TopicTurn
 
-__all__ = ["Hit", "NotePlan", "SessionIndex", "TopicRule"]
+__all__ = ["Hit", "JoinedIndex", "NotePlan", "SessionIndex", "TopicRule", "retrieve_across"]
 
 Hit = dict[str, Any]
 TopicRule = Callable[[list[TopicTurn], Matrix], list[list[int]]]
 #: Compresses closed topics in memory: (turns, their tokens, vectors, topics) -> what to take in
 NotePlan = Callable[[list[TopicTurn], list[int], Matrix, list[list[int]]], Flushed | None]
 _ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
-
-_blas_lock = threading.Lock()
-_blas_depth = 0
-_blas_limit: Any = None
-_blas: ThreadpoolController | None = None
-
-
-@contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """Run the block with one BLAS thread. A session's products are a few hundred thousand
-    multiply-adds: waking BLAS worker threads for them costs more than the work, three times
-    more on a busy machine. Nested and concurrent blocks share one limit; the process's
-    setting is restored when the last one ends."""
-    global _blas, _blas_depth, _blas_limit
-    with _blas_lock:
-        if _blas_depth == 0:
-            if _blas is None:
-                _blas = ThreadpoolController()
-            _blas_limit = _blas.limit(limits=1, user_api="blas")
-        _blas_depth += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_depth -= 1
-            if _blas_depth == 0 and _blas_limit is not None:
-                _blas_limit.restore_original_limits()
-                _blas_limit = None
-
 
 def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
     """A fixed-size int8 vector column as an ``(n, dim)`` int8 matrix: a view of the Arrow
@@ -405,7 +378,7 @@ class SessionIndex:
         n = len(self.turn_no)
         if n == 0:
             return []
-        with _one_blas_thread():
+        with one_blas_thread():
             return self._retrieve(np.asarray(qv, dtype=np.float32).reshape(-1), query,
                                   next_turn=next_turn, k=k, since=since, until=until,
                                   last_turns=last_turns, before_turn=before_turn,

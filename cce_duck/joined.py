@@ -24,22 +24,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cce_duck import ranking
+from cce_duck.blas import one_blas_thread
 from cce_duck.config import Config
 from cce_duck.embedders.base import Matrix
 from cce_duck.folder import SPILL_DIR
-from cce_duck.index import Hit, SessionIndex, _one_blas_thread
 from cce_duck.postings import Borrowed, Postings
 from cce_duck.projection import Projection
 from cce_duck.spill import SpillFile, Vectors
 from cce_duck.store import Store
 from cce_duck.text import query_terms
+
+if TYPE_CHECKING:
+    from cce_duck.index import Hit, SessionIndex
 
 __all__ = ["Approx", "Coarse", "JoinedIndex", "new_spill", "retrieve_across"]
 
@@ -191,7 +194,7 @@ class JoinedIndex:
         codes = np.array([code_of.setdefault(sp, len(code_of)) for sp in speaker], dtype=np.int32)
         s_row = np.concatenate([i.s_row + starts[j] for j, i in enumerate(idxs)])
         if approx is not None and int(starts[-1]) > approx.above_turns:
-            with _one_blas_thread():
+            with one_blas_thread():
                 mvec, svec, coarse = _first_stage(parts, starts, approx, previous)
         else:
             mvec = Vectors(np.concatenate([i.mvec.all() for i in idxs]))
@@ -486,7 +489,7 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     if not len(cand):
         return []
     weight = ranking.spec().recency_weight if recency_weight is None else recency_weight
-    with _one_blas_thread():
+    with one_blas_thread():
         dense, best, exact = j.dense(q32, q64, keep, weight * recency)
     bm25 = ranking.bm25_scores(j.n_terms, j.postings.of_terms(terms))
     named = ranking.named_speakers([t for t, _ in terms], j.speaker_terms)
@@ -498,7 +501,7 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     if exact is not None:  # hits outside the candidates (by BM25): their exact scores
         late = np.unique(listed[~exact[listed]])
         if len(late):
-            with _one_blas_thread():
+            with one_blas_thread():
                 dense[late], best[late] = j.exact_dense(late, q64)
     session = np.searchsorted(j.starts, listed, side="right") - 1
     score = ranking.session_scores(ranked.fused if ranked.score is None else ranked.score,

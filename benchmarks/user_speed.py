@@ -200,6 +200,7 @@ def approx_quality(store: Path, embedder: str, sessions: int, questions: list[st
     out.update({
         f"{pre}_settings": {"exact_user_turns": cfg.exact_user_turns,
                             "approx_candidates": cfg.approx_candidates,
+                            "approx_bm25_turns": cfg.approx_bm25_turns,
                             "approx_dims": cfg.approx_dims, "approx_sample": cfg.approx_sample},
         f"{pre}_questions": n,
         f"{pre}_identical_payloads": sum(a.to_string() == e.to_string()

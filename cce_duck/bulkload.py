@@ -279,4 +279,4 @@ def _first_stage(m_take: Any, m_order: np.ndarray, s_take: Any, s_keep: np.ndarr
         out.append((vectors, codes))
     (mvec, mcode), (svec, scode) = out
     return mvec, svec, Coarse(projection=projection, mcode=mcode, scode=scode,
-                              candidates=approx.candidates)
+                              candidates=approx.candidates, lexical=approx.lexical)

@@ -36,6 +36,7 @@ _ENV: dict[str, str] = {
     "index_cache_mb": "CCE_INDEX_CACHE_MB",
     "exact_user_turns": "CCE_EXACT_USER_TURNS",
     "approx_candidates": "CCE_APPROX_CANDIDATES",
+    "approx_bm25_turns": "CCE_APPROX_BM25_TURNS",
     "approx_dims": "CCE_APPROX_DIMS",
     "approx_sample": "CCE_APPROX_SAMPLE",
     "duckdb_memory_mb": "CCE_DUCKDB_MEMORY_MB",
@@ -96,7 +97,10 @@ class Config:
             the vectors in memory, the exact int8 vectors in a spill file of the data folder
             (``vectors.tmp/``), read for the best ``approx_candidates`` turns only. At or
             below it, and for a session's own context, the ranking is exact.
-        approx_candidates: Turns the approximate first stage scores exactly per question.
+        approx_candidates: Turns the approximate first stage scores exactly per question (those
+            with the best estimate plus recency).
+        approx_bm25_turns: Turns with the best BM25 scores the first stage also scores exactly
+            (their dense rank counts in the fusion).
         approx_dims: Coordinates (one byte each) of a vector's code in the first stage.
         approx_sample: Vectors of the user the first stage's projection is fitted on.
         duckdb_memory_mb: DuckDB's buffer pool limit. The database file is the source of
@@ -155,6 +159,7 @@ class Config:
     index_cache_mb: int = 64
     exact_user_turns: int = 50_000
     approx_candidates: int = 4_000
+    approx_bm25_turns: int = 1_000
     approx_dims: int = 96
     approx_sample: int = 20_000
     duckdb_memory_mb: int = 32
@@ -176,6 +181,7 @@ class Config:
                     "recent_turns",
                     "min_topic_turns", "max_topic_turns", "sentence_min_tokens", "rrf_k",
                     "flush_every", "index_cache_mb", "exact_user_turns", "approx_candidates",
+                    "approx_bm25_turns",
                     "approx_dims", "approx_sample", "duckdb_memory_mb", "summariser_max_tokens",
                     "summariser_input_tokens")
         for name in positive:

@@ -9,13 +9,16 @@ a question costs a few vector operations whatever the number of sessions;
 joined index keeps compact codes of every message and sentence vector
 (:mod:`cce_duck.projection`) and the exact int8 vectors in a spill file
 (:mod:`cce_duck.spill`) instead of memory. The dense ranking then has an approximate first
-stage: the question is scored against the codes, the ``approx_candidates`` turns with the best
-estimate plus recency are scored exactly from their int8 vectors, and every other turn ranks
-after them in the order of its estimate. Candidates rank among themselves exactly as the
-exact path ranks them; a turn outside them can only enter the hits by its BM25 rank, and is
-then given its exact dense score and best sentence. When the candidates cover every turn the
-ranking is the exact one (``tests/test_user_index.py``). The ``cce_retrieve_user`` macro stays
-exact; how close the two are on a 100,000-message user is in docs/performance.md (Users).
+stage: the question is scored against the codes; the ``approx_candidates`` turns with the best
+estimate plus recency, and the ``approx_bm25_turns`` turns with the best BM25 scores, are
+scored exactly from their int8 vectors; every other turn keeps its estimate, put on the scale
+of the exact scores by the straight line that fits the exactly scored turns. Fusion and the
+rest of the ranking then run as for every user. A turn's dense rank is exact when every turn
+scoring above it was scored exactly; the turns that reach the hits almost always are, and
+every hit carries its exact dense score and best sentence. When the candidates cover every
+turn the ranking is the exact one (``tests/test_first_stage.py``). The ``cce_retrieve_user``
+macro stays exact; how close the two are on a 100,000-message user is in
+docs/performance.md (Users).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Approx:
 
     above_turns: int        # Config.exact_user_turns
     candidates: int         # Config.approx_candidates
+    lexical: int            # Config.approx_bm25_turns
     dims: int               # Config.approx_dims
     sample: int             # Config.approx_sample
     spill_dir: Path | None  # the data folder's spill files (None: exact vectors in memory)
@@ -72,6 +76,7 @@ class Approx:
         folder = store.data_dir
         spill = folder / SPILL_DIR if folder is not None and not store.read_only else None
         return cls(above_turns=config.exact_user_turns, candidates=config.approx_candidates,
+                   lexical=config.approx_bm25_turns,
                    dims=config.approx_dims, sample=config.approx_sample, spill_dir=spill,
                    encrypted=store.folder_key is not None)
 
@@ -108,6 +113,7 @@ class Coarse:
     mcode: np.ndarray  # (n, dims) int8
     scode: np.ndarray  # (m, dims) int8
     candidates: int
+    lexical: int  # the turns with the best BM25 scores also scored exactly
 
     @property
     def nbytes(self) -> int:
@@ -242,12 +248,14 @@ class JoinedIndex:
             idx.postings = Borrowed(self.postings, a, b)
             idx.__dict__.pop("base_bytes", None)
 
-    def dense(self, q32: np.ndarray, q64: np.ndarray, keep: np.ndarray, boost: np.ndarray
+    def dense(self, q32: np.ndarray, q64: np.ndarray, keep: np.ndarray, boost: np.ndarray,
+              bm25: np.ndarray | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Dense score and best sentence of every turn (:func:`ranking.dense_scores`), and which
         of them are exact (``None``: all). With the first stage, the ``candidates`` turns
-        among ``keep`` with the best estimate plus ``boost`` (the recency term) are scored
-        exactly; every other turn gets its estimate moved below them all, and no sentence."""
+        among ``keep`` with the best estimate plus ``boost`` (the recency term), and the
+        ``lexical`` ones with the best ``bm25``, are scored exactly; every other turn gets its
+        estimate on the scale of the exact scores (:func:`_calibrated`), and no sentence."""
         if self.coarse is None:
             dense, best = ranking.dense_scores(_joined_products(self.mvec.all(), q64),
                                                _joined_products(self.svec.all(), q64),
@@ -267,8 +275,13 @@ class JoinedIndex:
         take = min(c.candidates, n_keep)
         rows = (np.flatnonzero(keep) if take >= n_keep else
                 np.sort(np.argpartition(-key, take - 1)[:take]))
+        if bm25 is not None and c.lexical and take < n_keep:  # the best by BM25 too
+            lex = np.flatnonzero(keep & (bm25 > 0))
+            if len(lex) > c.lexical:
+                lex = lex[np.argpartition(-bm25[lex], c.lexical - 1)[: c.lexical]]
+            rows = np.union1d(rows, lex)
         exact_dense, exact_best = self.exact_dense(rows, q64)
-        dense = est - _BELOW_CANDIDATES
+        dense = _calibrated(est, rows, exact_dense)
         dense[rows] = exact_dense
         best = np.full(len(dense), -1, dtype=np.int64)
         best[rows] = exact_best
@@ -287,6 +300,18 @@ class JoinedIndex:
         s_raw = _joined_products(self.svec.take(sj), q64)
         return ranking.dense_scores(m_raw, s_raw, np.repeat(np.arange(len(rows)), cnt),
                                     self.s_no[sj])
+
+
+def _calibrated(est: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """Every turn's estimate on the scale of the exact scores: the least-squares line from the
+    estimates of ``rows`` to their ``exact`` scores (the estimates run lower: the projection
+    leaves out part of each vector). When no line fits (all estimates equal, or a slope not
+    above zero), the estimates moved below every exact score instead."""
+    if len(rows) > 1 and np.ptp(est[rows]) > 0:
+        slope, intercept = np.polyfit(est[rows], exact, 1)
+        if slope > 0:
+            return np.asarray(est * slope + intercept, dtype=np.float64)
+    return np.asarray(est - _BELOW_CANDIDATES, dtype=np.float64)
 
 
 def _joined_postings(idxs: list[SessionIndex], starts: np.ndarray,
@@ -377,7 +402,7 @@ def _first_stage(parts: list[tuple[str, SessionIndex]], starts: np.ndarray, appr
         s_parts.append(_placed(idx.svec, s_mat, file))
     _codes_into(projection, todo)
     coarse = Coarse(projection=projection, mcode=mcode, scode=scode,
-                    candidates=approx.candidates)
+                    candidates=approx.candidates, lexical=approx.lexical)
     return _joined_vectors(m_parts, file, dim), _joined_vectors(s_parts, file, dim), coarse
 
 
@@ -489,9 +514,9 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     if not len(cand):
         return []
     weight = ranking.spec().recency_weight if recency_weight is None else recency_weight
-    with one_blas_thread():
-        dense, best, exact = j.dense(q32, q64, keep, weight * recency)
     bm25 = ranking.bm25_scores(j.n_terms, j.postings.of_terms(terms))
+    with one_blas_thread():
+        dense, best, exact = j.dense(q32, q64, keep, weight * recency, bm25)
     named = ranking.named_speakers([t for t, _ in terms], j.speaker_terms)
     other = ranking.other_speakers(j.speakers, named)[j.speaker_code]  # per distinct speaker
     ranked = ranking.rank(dense, bm25, recency, pos, k=k, recency_weight=recency_weight,

@@ -314,6 +314,31 @@ def test_projection_scores_estimate_the_products() -> None:
 
 
 def test_settings_are_checked() -> None:
-    for name in ("exact_user_turns", "approx_candidates", "approx_dims", "approx_sample"):
+    for name in ("exact_user_turns", "approx_candidates", "approx_bm25_turns", "approx_dims",
+                 "approx_sample"):
         with pytest.raises(ValidationError):
             Engine(data_dir=None, embedder="hash", **{name: 0})
+
+
+def test_bm25_turns_are_scored_exactly_and_the_rest_calibrated(tmp_path: Path) -> None:
+    with _engine(tmp_path / "d", approx_candidates=2) as eng:
+        _user(eng)
+        eng.user_context("alice", "piano", max_tokens=200)
+        j = eng.index._joined
+        assert j is not None
+        assert j.coarse is not None
+        q = eng.store.embedder.embed(["piano lessons"], "query")[0]
+        q32 = np.asarray(q, dtype=np.float32)
+        bm25 = np.zeros(len(j.turn_no))
+        bm25[[1, 5, 9]] = [3.0, 2.0, 1.0]
+        keep = np.ones(len(j.turn_no), dtype=bool)
+        dense, best, exact = j.dense(q32, q32.astype(np.float64), keep, keep * 0.0, bm25)
+        assert exact is not None
+        assert exact[[1, 5, 9]].all()
+        assert int(exact.sum()) <= 2 + 3
+        want, want_best = j.exact_dense(np.arange(len(j.turn_no)), q32.astype(np.float64))
+        assert np.array_equal(dense[exact], want[exact])
+        assert np.array_equal(best[exact], want_best[exact])
+        assert (best[~exact] == -1).all()
+        # the others: estimates put on the scale of the exact scores, close to them
+        assert np.corrcoef(dense[~exact], want[~exact])[0, 1] > 0.5

@@ -238,6 +238,7 @@ def install_stage(folder: Path, stage: Path) -> None:
     for name in plan["remove"]:
         (folder / name).unlink(missing_ok=True)
     shutil.rmtree(folder / TEMP_DIR, ignore_errors=True)
+    shutil.rmtree(folder / SPILL_DIR, ignore_errors=True)  # a killed process's plain vectors
     fsync(folder)
     shutil.rmtree(stage)
     fsync(folder)

@@ -342,3 +342,15 @@ def test_bm25_turns_are_scored_exactly_and_the_rest_calibrated(tmp_path: Path) -
         assert (best[~exact] == -1).all()
         # the others: estimates put on the scale of the exact scores, close to them
         assert np.corrcoef(dense[~exact], want[~exact])[0, 1] > 0.5
+
+
+def test_encrypting_a_folder_removes_a_killed_process_spill_files(tmp_path: Path) -> None:
+    from cce_duck.encryption import encrypt_folder
+
+    folder = tmp_path / "d"
+    with _engine(folder) as eng:
+        _user(eng)
+    (folder / SPILL_DIR).mkdir()
+    (folder / SPILL_DIR / "1234-dead.bin").write_bytes(b"\x01" * 384)  # plain vectors
+    encrypt_folder(folder, "a passphrase")
+    assert not (folder / SPILL_DIR).exists()

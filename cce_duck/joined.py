@@ -195,9 +195,24 @@ class JoinedIndex:
         speaker_terms: dict[str, tuple[str, ...]] = {}
         for idx in idxs:
             speaker_terms.update(idx.speaker_terms)
-        speaker = [sp for i in idxs for sp in i.speaker]
+        # the parts whose turns ``previous`` holds as they are (all but the session written
+        # to, mostly): their speaker codes and postings are taken from it, moved
+        splice = _splice(idxs, starts, previous)
         code_of: dict[str | None, int] = {}
-        codes = np.array([code_of.setdefault(sp, len(code_of)) for sp in speaker], dtype=np.int32)
+        if splice is not None and previous is not None:
+            code_of = {sp: c for c, sp in enumerate(previous.speakers)}
+            first, end, shift = splice
+            mid = [sp for i in idxs[first:end] for sp in i.speaker]
+            tail = previous.speaker_code[starts[end] - shift:] if end < len(idxs) else \
+                previous.speaker_code[:0]
+            codes = np.concatenate([
+                previous.speaker_code[: starts[first]],
+                np.array([code_of.setdefault(sp, len(code_of)) for sp in mid], dtype=np.int32),
+                tail])
+        else:
+            speaker = [sp for i in idxs for sp in i.speaker]
+            codes = np.array([code_of.setdefault(sp, len(code_of)) for sp in speaker],
+                             dtype=np.int32)
         s_row = np.concatenate([i.s_row + starts[j] for j, i in enumerate(idxs)])
         if approx is not None and int(starts[-1]) > approx.above_turns:
             with one_blas_thread():
@@ -215,7 +230,8 @@ class JoinedIndex:
             n_terms=np.concatenate([i.n_terms for i in idxs]),
             asks=np.concatenate([i.asks for i in idxs]),
             speakers=list(code_of), speaker_code=codes,
-            speaker_terms=speaker_terms, postings=_joined_postings(idxs, starts, previous),
+            speaker_terms=speaker_terms,
+            postings=_joined_postings(idxs, starts, previous, splice),
             coarse=coarse)
 
     @cached_property
@@ -240,13 +256,15 @@ class JoinedIndex:
             sa, sb = int(bounds[j]), int(bounds[j + 1])
             if len(idx.turn_no) != b - a or len(idx.s_no) != sb - sa:
                 continue
+            counted = idx.turn_no.base is None  # (its size counts arrays of its own)
             idx.mvec = self.mvec.slice(a, b)
             idx.svec = self.svec.slice(sa, sb)
             idx.turn_no, idx.ts = self.turn_no[a:b], self.ts[a:b]
             idx.n_terms, idx.asks = self.n_terms[a:b], self.asks[a:b]
             idx.s_no = self.s_no[sa:sb]
             idx.postings = Borrowed(self.postings, a, b)
-            idx.__dict__.pop("base_bytes", None)
+            if counted:
+                idx.__dict__.pop("base_bytes", None)
 
     def dense(self, q32: np.ndarray, q64: np.ndarray, keep: np.ndarray, boost: np.ndarray,
               bm25: np.ndarray | None = None
@@ -314,14 +332,43 @@ def _calibrated(est: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.ndar
     return np.asarray(est - _BELOW_CANDIDATES, dtype=np.float64)
 
 
+def _splice(idxs: list[SessionIndex], starts: np.ndarray, previous: JoinedIndex | None
+            ) -> tuple[int, int, int] | None:
+    """``(first, end, shift)`` when the parts before ``first`` and from ``end`` on hold the
+    turns ``previous`` held (their postings read there, :class:`Borrowed`: nothing added since),
+    the first ones at the same rows and the last ones ``shift`` rows later; the parts between
+    (the sessions written to) are new. ``None`` otherwise."""
+    if previous is None or not idxs:
+        return None
+    kept = [isinstance(p := i.postings, Borrowed) and p.whole is previous.postings
+            and p.b - p.a == starts[j + 1] - starts[j] for j, i in enumerate(idxs)]
+    first = kept.index(False) if False in kept else len(idxs)
+    end = len(idxs) - (kept[::-1].index(False) if False in kept else 0)
+    if (first, end) == (0, len(idxs)) or any(kept[first:end]):
+        return None  # nothing to take, or kept parts between new ones
+    olds = [p.a if isinstance(p := i.postings, Borrowed) else -1 for i in idxs]
+    if olds[:first] != [int(x) for x in starts[:first]]:
+        return None
+    tail = olds[end:]
+    shift = int(starts[end]) - tail[0] if tail else 0
+    if tail != [int(x) - shift for x in starts[end:-1]]:
+        return None
+    return first, end, shift
+
+
 def _joined_postings(idxs: list[SessionIndex], starts: np.ndarray,
-                     previous: JoinedIndex | None) -> Postings:
+                     previous: JoinedIndex | None,
+                     splice: tuple[int, int, int] | None = None) -> Postings:
     """The postings of the parts laid end to end (rows of the whole; within a term, rows
     ascending). A part that reads its postings in ``previous`` (:class:`Borrowed`, unchanged
-    since) has them taken from there, moved to its new place, without a pass of its own."""
+    since) has them taken from there, moved to its new place, without a pass of its own. With a
+    ``splice`` (:func:`_splice`) the new parts' postings are put in their place in each term,
+    with no sort of the whole."""
     whole = previous.postings if previous is not None else None
     borrowed = [(j, p) for j, i in enumerate(idxs)
                 if isinstance(p := i.postings, Borrowed) and p.whole is whole]
+    if whole is not None and splice is not None:
+        return _spliced_postings(whole, idxs, starts, splice)
     gids: list[np.ndarray] = []
     rows: list[np.ndarray] = []
     tfs: list[np.ndarray] = []
@@ -361,6 +408,49 @@ def _joined_postings(idxs: list[SessionIndex], starts: np.ndarray,
     counts = np.bincount(gid, minlength=len(enc.dictionary))
     return Postings(enc.dictionary, np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
                     row[order].astype(np.int32), np.concatenate(tfs)[order])
+
+
+def _spliced_postings(whole: Postings, idxs: list[SessionIndex], starts: np.ndarray,
+                      splice: tuple[int, int, int]) -> Postings:
+    """``whole``'s postings with the rows of the parts ``first..end`` replaced by theirs and
+    the rows after them moved by ``shift``: in each term (rows ascending) the rows before the
+    new parts, theirs, then the moved ones."""
+    first, end, shift = splice
+    lo = int(starts[first])
+    # where the rows after the new parts were (none after them: every later row goes)
+    hi = int(starts[end]) - shift if end < len(idxs) else np.iinfo(np.int64).max
+    rows_w = whole.rows
+    keep = (rows_w < lo) | (rows_w >= hi)
+    before = np.concatenate([[0], np.cumsum(rows_w < lo, dtype=np.int64)])
+    kept_n = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    offsets = whole.offsets.astype(np.int64)
+    # in the kept rows, a term's new rows go after its rows before ``lo``
+    gap = kept_n[offsets[:-1]] + (before[offsets[1:]] - before[offsets[:-1]])
+    own = [(j, idxs[j].postings.own()) for j in range(first, end)]
+    enc = pc.dictionary_encode(pa.concat_arrays(
+        [whole.vocab.cast(pa.string())] + [p.vocab.cast(pa.string()) for _, p in own]))
+    gid_of = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    n_terms = len(enc.dictionary)
+    gids, rows, tfs = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int16)]
+    at = len(whole.vocab)
+    for j, p in own:
+        ids = gid_of[at : at + len(p.vocab)]
+        at += len(p.vocab)
+        gids.append(ids[np.repeat(np.arange(len(p.vocab)), np.diff(p.offsets))])
+        rows.append(p.rows.astype(np.int64) + starts[j])
+        tfs.append(p.tf)
+    gid, row, tf = np.concatenate(gids), np.concatenate(rows), np.concatenate(tfs)
+    order = np.lexsort((row, gid))
+    gid, row, tf = gid[order], row[order], tf[order]
+    gap = np.concatenate([gap, np.full(n_terms - len(whole.vocab), kept_n[-1])])
+    counts = np.diff(kept_n[offsets])
+    counts = np.concatenate([counts, np.zeros(n_terms - len(counts), dtype=counts.dtype)])
+    counts += np.bincount(gid, minlength=n_terms)
+    moved = rows_w[keep].astype(np.int64)
+    moved[moved >= hi] += shift
+    return Postings(enc.dictionary, np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
+                    np.insert(moved, gap[gid], row).astype(np.int32),
+                    np.insert(whole.tf[keep], gap[gid], tf))
 
 
 def _first_stage(parts: list[tuple[str, SessionIndex]], starts: np.ndarray, approx: Approx,

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from conftest import TOPICS, topic_messages
 
 from cce_duck import Engine, ranking
+from cce_duck import joined as joined_mod
 from cce_duck.index_cache import IndexCache
 
 QUESTIONS = ["How much do the piano lessons cost?", "Who brings the barbecue grill?",
@@ -79,6 +81,32 @@ def test_joined_user_index_gives_the_plain_contexts(tmp_path: Path) -> None:
         assert eng.index._joined is not kept
         p = eng.user_context("alice", "Where is my locker now?", max_tokens=300)
         assert "777" in p.to_string()
+
+
+def test_a_write_to_one_session_splices_the_joined_index(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a write to one session (in the middle, then the last), and after a flush that only
+    counts retrievals, the joined index takes the other sessions' postings and speaker codes
+    from the one it replaces, moved (no sort of the whole): the contexts of a fresh join."""
+    spliced: list[int] = []
+    real = joined_mod._spliced_postings
+
+    def counting(*args: Any) -> Any:
+        spliced.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(joined_mod, "_spliced_postings", counting)
+    with Engine(data_dir=tmp_path / "d", embedder="hash") as eng:
+        sids = _user(eng)
+        assert _contexts(eng, sids) == _plain(eng, sids)
+        for sid, text in ((sids[2], "My locker moved to number 777 by the gym."),
+                          (sids[-1], "Swim practice moved to Thursdays."),
+                          (sids[1], "The piano teacher is called Mrs. Oyelaran.")):
+            eng.add_message(sid, "user", text)
+            before = len(spliced)
+            assert _contexts(eng, sids) == _plain(eng, sids)
+            assert len(spliced) > before
+        assert "Oyelaran" in eng.user_context("alice", "Who teaches piano?").to_string()
 
 
 def test_concurrent_user_contexts_agree(tmp_path: Path) -> None:

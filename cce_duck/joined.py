@@ -288,11 +288,13 @@ class JoinedIndex:
             at = self.s_row[groups]
             est[at] = np.maximum(est[at], top)
         est /= float(ranking.spec().vector_scale)
-        key = np.where(keep, est + boost, -np.inf)
+        key = est + boost
         n_keep = int(keep.sum())
+        if n_keep < len(key):
+            key[~keep] = -np.inf
         take = min(c.candidates, n_keep)
         rows = (np.flatnonzero(keep) if take >= n_keep else
-                np.sort(np.argpartition(-key, take - 1)[:take]))
+                np.sort(np.argpartition(key, len(key) - take)[len(key) - take:]))
         if bm25 is not None and c.lexical and take < n_keep:  # the best by BM25 too
             lex = np.flatnonzero(keep & (bm25 > 0))
             if len(lex) > c.lexical:

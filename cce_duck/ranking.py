@@ -317,13 +317,23 @@ def _top(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.n
     hits = np.flatnonzero(hit)
     r_bm25 = _ranks(bm25[hits], turn_no[hits])
     cut = ranked_keys[len(key) - k]  # the k-th best key
-    rows = np.union1d(np.flatnonzero(key >= cut), hits)
+    reach = key >= cut
+    reach[hits] = True
+    rows = np.flatnonzero(reach)
+
+    def placed(kk: np.ndarray, side: Any) -> np.ndarray:
+        """``searchsorted`` of ``kk`` in the sorted keys, the lookups in key order (sorted
+        lookups walk the array once instead of missing the cache at every step)."""
+        order = np.argsort(kk)
+        out = np.empty(len(kk), dtype=np.int64)
+        out[order] = np.searchsorted(ranked_keys, kk[order], side=side)
+        return out
 
     def dense_rank(at: np.ndarray) -> np.ndarray:
         kk = key[at]
-        above = np.searchsorted(ranked_keys, kk, side="right")
+        above = placed(kk, "right")
         r: np.ndarray = len(key) - above + 1.0
-        for i in np.flatnonzero(above - np.searchsorted(ranked_keys, kk, side="left") > 1):
+        for i in np.flatnonzero(above - placed(kk, "left") > 1):
             same = np.flatnonzero(key == kk[i])  # equal keys: the later turn first
             r[i] += float((turn_no[same] > turn_no[at[i]]).sum())
         return r
@@ -336,8 +346,7 @@ def _top(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.n
         return out
 
     kk = key[rows]
-    ties = np.searchsorted(ranked_keys, kk, side="right") - np.searchsorted(
-        ranked_keys, kk, side="left") > 1
+    ties = placed(kk, "right") - placed(kk, "left") > 1
     if int(ties.sum()) > _TIES:  # many equal keys: ranking every row costs less
         return None
     order = rows[_best(fused_at(rows), turn_no[rows], k)]

@@ -184,8 +184,7 @@ class IndexCache:
                 self._items[sid] = idx
                 self._generation[sid] = generation
                 self._items.move_to_end(sid)
-            self._joined = joined
-            self._evict()
+            self._replace_joined(joined)
         release_arrow_memory()  # the tables the user was read into are freed by now
         release_free_memory()
         return list(zip(sids, indexes, strict=True)), joined
@@ -204,13 +203,22 @@ class IndexCache:
         joined = JoinedIndex.build(parts, self.approx, previous)
         with self._lock:
             joined.share_vectors()
-            self._joined = joined
-            self._evict()
-        # the Arrow tables the parts were read into, and the arrays a former join held, are
-        # freed by now: their pages go back to the system
-        release_arrow_memory()
-        release_free_memory()
+            self._replace_joined(joined)
+        release_arrow_memory()  # (the tables the parts were read into are freed by now)
         return joined
+
+    def _replace_joined(self, joined: JoinedIndex | None) -> None:
+        """Keep ``joined`` as the last user's. The sessions of the one it replaces that it does
+        not hold are dropped: their indexes are views of that one's arrays, which the size
+        bound does not count (they are read again when asked for)."""
+        old = self._joined
+        if old is not None and old is not joined:
+            mine = {sid for sid, _ in joined.parts} if joined is not None else set()
+            for sid, _ in old.parts:
+                if sid not in mine and self._items.pop(sid, None) is not None:
+                    self._generation.pop(sid, None)
+        self._joined = joined
+        self._evict()
 
     def take_unstored(self, store: Store, sid: str, unstored: Flushed, *, hot_turns: int,
                       batch_turns: int, topics_to_write: TopicRule,

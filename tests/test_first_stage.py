@@ -354,3 +354,18 @@ def test_encrypting_a_folder_removes_a_killed_process_spill_files(tmp_path: Path
     (folder / SPILL_DIR / "1234-dead.bin").write_bytes(b"\x01" * 384)  # plain vectors
     encrypt_folder(folder, "a passphrase")
     assert not (folder / SPILL_DIR).exists()
+
+
+def test_another_users_join_drops_the_views_of_the_last(tmp_path: Path) -> None:
+    """A session index laid out with its user is views of the user's arrays, which the cache's
+    size bound does not count: when another user's joined index replaces it, those sessions
+    are dropped (and read again when asked for)."""
+    with _engine(tmp_path / "d") as eng:
+        sids = _user(eng)
+        eng.ingest("bob-1", [{"role": "user", "content": "My bike is a red Peugeot."}],
+                   user_id="bob")
+        first = eng.user_context("alice", "locker", max_tokens=300).to_string()
+        assert all(eng.index.current(eng.store, s) is not None for s in sids)
+        eng.user_context("bob", "bike", max_tokens=300)
+        assert all(eng.index.current(eng.store, s) is None for s in sids)
+        assert eng.user_context("alice", "locker", max_tokens=300).to_string() == first

@@ -20,15 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cce_duck.blas import one_blas_thread
+from cce_duck.coarse import Approx, Coarse, codes_into, new_spill, sample_picks
 from cce_duck.index import _ASKS, _SIDE_READS, SessionIndex, _Done, _interned
-from cce_duck.joined import (
-    Approx,
-    Coarse,
-    JoinedIndex,
-    _codes_into,
-    _sample_picks,
-    new_spill,
-)
+from cce_duck.joined import JoinedIndex
 from cce_duck.postings import Borrowed, Postings
 from cce_duck.projection import Projection
 from cce_duck.spill import Vectors
@@ -250,10 +244,10 @@ def _first_stage(m_take: Any, m_order: np.ndarray, s_take: Any, s_keep: np.ndarr
                  bounds: np.ndarray, s_bounds: np.ndarray, approx: Approx, dim: int
                  ) -> tuple[Vectors, Vectors, Coarse]:
     """A large user's exact vectors (to the spill file, or in memory) and codes, a batch at a
-    time; the projection fitted on the sample :func:`cce_duck.joined._first_stage` takes."""
+    time; the projection fitted on the sample :func:`cce_duck.coarse.first_stage` takes."""
     sizes = np.ravel(np.column_stack([np.diff(bounds), np.diff(s_bounds)]))
     sample = []
-    for block, rows in _sample_picks(sizes, approx.sample):
+    for block, rows in sample_picks(sizes, approx.sample):
         session, sentences = divmod(block, 2)
         if sentences:
             sample.append(s_take(s_keep[int(s_bounds[session]) + rows]))
@@ -269,7 +263,7 @@ def _first_stage(m_take: Any, m_order: np.ndarray, s_take: Any, s_keep: np.ndarr
         mats = []
         for i in range(0, len(order), _BATCH_ROWS):
             mat = take(order[i : i + _BATCH_ROWS])
-            _codes_into(projection, [(codes[i : i + len(mat)], mat)])
+            codes_into(projection, [(codes[i : i + len(mat)], mat)])
             if file is not None:
                 at[i : i + len(mat)] = file.append(mat)
             else:

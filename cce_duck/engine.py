@@ -15,6 +15,7 @@ import polars as pl
 from cce_duck import clock, deletion, erasure, export, pins
 from cce_duck.allocator import tune_allocator
 from cce_duck.changefeed import Changes
+from cce_duck.coarse import Approx
 from cce_duck.config import Config
 from cce_duck.context import (
     SEARCH_SCHEMA,
@@ -32,7 +33,6 @@ from cce_duck.explain import refine as refine_explain
 from cce_duck.index import SessionIndex
 from cce_duck.index_cache import IndexCache
 from cce_duck.items import ItemStore, owns_items
-from cce_duck.joined import Approx
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import (
     load_history,

@@ -13,9 +13,10 @@ import numpy as np
 from cce_duck import ranking
 from cce_duck.allocator import release_arrow_memory, release_free_memory
 from cce_duck.bulkload import USER_SQL, load_many, load_user
+from cce_duck.coarse import Approx
 from cce_duck.errors import NotFoundError
 from cce_duck.index import NotePlan, SessionIndex, TopicRule
-from cce_duck.joined import Approx, JoinedIndex
+from cce_duck.joined import JoinedIndex
 from cce_duck.rows import Flushed
 from cce_duck.spill import remove_spill_files
 from cce_duck.store import Store

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["Approx", "Coarse", "calibrated", "codes_into", "first_stage", "new_spill",
            "sample_picks"]
 
-#: Where a turn outside the candidates is moved (below every candidate: a dense score is
-#: within about [-1, 1]), keeping the order of its estimate among the others.
+#: Where the estimates go when no line puts them on the exact scale: below every exact score
+#: (a dense score is within about [-1, 1]), in the order of the estimates.
 _BELOW_CANDIDATES = 16.0
 #: A spill file is started afresh when it holds more than twice the rows in use, plus this.
 _SPILL_SLACK_ROWS = 65_536
@@ -54,7 +54,6 @@ class Approx:
                    encrypted=store.folder_key is not None)
 
 
-
 @dataclass
 class Coarse:
     """The approximate first stage of a joined index: the projection of the user's vectors and
@@ -73,7 +72,6 @@ class Coarse:
         return int(self.mcode.nbytes + self.scode.nbytes + p.basis.nbytes + p.scale.nbytes)
 
 
-
 def calibrated(est: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.ndarray:
     """Every turn's estimate on the scale of the exact scores: the least-squares line from the
     estimates of ``rows`` to their ``exact`` scores (the estimates run lower: the projection
@@ -84,7 +82,6 @@ def calibrated(est: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.ndarr
         if slope > 0:
             return np.asarray(est * slope + intercept, dtype=np.float64)
     return np.asarray(est - _BELOW_CANDIDATES, dtype=np.float64)
-
 
 
 def first_stage(parts: list[tuple[str, SessionIndex]], starts: np.ndarray, approx: Approx,

@@ -369,3 +369,36 @@ def test_another_users_join_drops_the_views_of_the_last(tmp_path: Path) -> None:
         eng.user_context("bob", "bike", max_tokens=300)
         assert all(eng.index.current(eng.store, s) is None for s in sids)
         assert eng.user_context("alice", "locker", max_tokens=300).to_string() == first
+
+
+def test_concurrent_contexts_with_the_first_stage_agree(tmp_path: Path) -> None:
+    """Threads loading and reading a large user at once (the spill file read by all) give
+    what one thread gives."""
+    import threading
+
+    with _engine(tmp_path / "d", approx_candidates=3) as eng:
+        sids = _user(eng)
+        want = {q: eng.user_context("alice", q, session_id=sids[0], max_tokens=300).to_string()
+                for q in QUESTIONS}
+        eng.index = IndexCache(eng.index.max_bytes, eng.index.approx)  # cold: threads race
+        got: list[tuple[str, str]] = []
+        errors: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                for q in QUESTIONS * 3:
+                    got.append((q, eng.user_context("alice", q, session_id=sids[0],
+                                                    max_tokens=300).to_string()))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len(got) == 4 * 3 * len(QUESTIONS)
+        assert all(text == want[q] for q, text in got)
+        assert eng.index._joined is not None
+        assert eng.index._joined.coarse is not None

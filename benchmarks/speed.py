@@ -562,7 +562,27 @@ FIGURES: list[tuple[str, str, str]] = [  # key, label, format
     ("user_100k_p50_ms", "user context p50 @100k/1,000 sessions (ms)", "{:.1f}"),
     ("user_100k_p95_ms", "user context p95 @100k/1,000 sessions (ms, gate)", "{:.1f}"),
     ("user_100k_build_s", "build of the 100k user store (s)", "{:.1f}"),
+    ("user_100k_first_stage", "approximate first stage @100k", "{}"),
+    ("user_100k_approx_identical_payloads", "first stage: identical payloads @100k (share)",
+     "{:.3f}"),
+    ("user_100k_approx_identical_hit_lists", "first stage: identical hit lists @100k (share)",
+     "{:.3f}"),
+    ("user_100k_approx_identical_top10_hits", "first stage: identical top-10 hits @100k (share)",
+     "{:.3f}"),
+    ("user_100k_approx_hit_recall_mean", "first stage: exact hits found @100k (mean)", "{:.4f}"),
+    ("user_100k_approx_hit_recall_min", "first stage: exact hits found @100k (min)", "{:.4f}"),
+    ("user_100k_approx_quoted_recall_mean", "first stage: exact quotes found @100k (mean)",
+     "{:.4f}"),
+    ("user_100k_approx_quoted_recall_min", "first stage: exact quotes found @100k (min)",
+     "{:.4f}"),
+    ("user_100k_approx_p95_ms", "first stage: p95 in the quality run @100k (ms)", "{:.1f}"),
+    ("user_100k_exact_p95_ms", "exact: p95 in the quality run @100k (ms)", "{:.1f}"),
+    ("user_100k_exact_first_ms", "exact: first (cold) in the quality run @100k (ms)", "{:.1f}"),
+    ("user_100k_approx_codes_mb", "first stage: codes in memory @100k (MB)", "{:.1f}"),
+    ("user_100k_approx_spill_file_mb", "first stage: spill file @100k (MB, disk)", "{:.1f}"),
     ("user_rss_added_mb", "RSS added by the 100k user's index (MB, gate)", "{:.1f}"),
+    ("user_index_counted_mb", "memory the 100k user's index counts (MB)", "{:.1f}"),
+    ("user_duckdb_buffer_mb", "DuckDB buffer pool after the contexts (MB)", "{:.1f}"),
     ("user_peak_rss_mb", "peak RSS of the user memory child (MB)", "{:.0f}"),
     ("duckdb_row_insert_per_s", "baseline: DuckDB 1-row INSERT (rows/s)", "{:,.0f}"),
     ("duckdb_arrow_insert_rows_per_s", "baseline: DuckDB Arrow INSERT (rows/s)", "{:,.0f}"),
@@ -735,6 +755,10 @@ def run_users(data: Path, embedder: str, steps: Steps, questions: list[str],
         with steps.step(f"{embedder}: user contexts at {tag}", len(questions)) as advance:
             out.update(user_speed.user_latency(store, embedder, sessions, questions, advance,
                                                tag))
+        with steps.step(f"{embedder}: first stage against exact at {tag}",
+                        2 * len(questions)) as advance:
+            out.update(user_speed.approx_quality(store, embedder, sessions, questions, advance,
+                                                 tag))
     if not skip_memory and store is not None:
         out.update(user_speed.memory(store, embedder))
     return out

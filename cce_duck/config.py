@@ -34,6 +34,11 @@ _ENV: dict[str, str] = {
     "recency_weight": "CCE_RECENCY_WEIGHT",
     "warm_tier_max_chunks": "CCE_WARM_TIER_MAX_CHUNKS",
     "index_cache_mb": "CCE_INDEX_CACHE_MB",
+    "exact_user_turns": "CCE_EXACT_USER_TURNS",
+    "approx_candidates": "CCE_APPROX_CANDIDATES",
+    "approx_bm25_turns": "CCE_APPROX_BM25_TURNS",
+    "approx_dims": "CCE_APPROX_DIMS",
+    "approx_sample": "CCE_APPROX_SAMPLE",
     "duckdb_memory_mb": "CCE_DUCKDB_MEMORY_MB",
     "tune_allocator": "CCE_TUNE_ALLOCATOR",
     "summariser": "CCE_SUMMARISER",
@@ -88,6 +93,17 @@ class Config:
             neighbouring old notes merge into coarser ones (``None``: no cap).
         index_cache_mb: Memory for the in-process retrieval indexes of recently queried
             sessions (int8 vectors and postings); least recently used sessions are dropped.
+        exact_user_turns: A user with more stored turns than this is ranked across their
+            sessions with an approximate first stage (``docs/users.md``): compact codes of
+            the vectors in memory, the exact int8 vectors in a spill file of the data folder
+            (``vectors.tmp/``), read for the best ``approx_candidates`` turns only. At or
+            below it, and for a session's own context, the ranking is exact.
+        approx_candidates: Turns the approximate first stage scores exactly per question (those
+            with the best estimate plus recency).
+        approx_bm25_turns: Turns with the best BM25 scores the first stage also scores exactly
+            (their dense rank counts in the fusion).
+        approx_dims: Coordinates (one byte each) of a vector's code in the first stage.
+        approx_sample: Vectors of the user the first stage's projection is fitted on.
         duckdb_memory_mb: DuckDB's buffer pool limit. The database file is the source of
             truth; a small pool keeps resident memory flat as memory grows.
         tune_allocator: Have the C allocator (glibc) map blocks of 64 KB and more on their own
@@ -146,6 +162,11 @@ class Config:
     encryption_key: str | None = field(default=None, repr=False)
     warm_tier_max_chunks: int | None = None
     index_cache_mb: int = 64
+    exact_user_turns: int = 50_000
+    approx_candidates: int = 4_000
+    approx_bm25_turns: int = 1_000
+    approx_dims: int = 96
+    approx_sample: int = 20_000
     duckdb_memory_mb: int = 32
     tune_allocator: bool = False
     summariser: str = "extractive"
@@ -165,7 +186,9 @@ class Config:
         positive = ("hot_tier_max_turns", "live_batch_turns", "context_max_tokens", "top_k",
                     "recent_turns",
                     "min_topic_turns", "max_topic_turns", "sentence_min_tokens", "rrf_k",
-                    "flush_every", "index_cache_mb", "duckdb_memory_mb", "summariser_max_tokens",
+                    "flush_every", "index_cache_mb", "exact_user_turns", "approx_candidates",
+                    "approx_bm25_turns",
+                    "approx_dims", "approx_sample", "duckdb_memory_mb", "summariser_max_tokens",
                     "summariser_input_tokens")
         for name in positive:
             value = getattr(self, name)

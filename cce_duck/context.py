@@ -26,7 +26,9 @@ from cce_duck.history import (
     verbatim_explain,
     window_rows,
 )
-from cce_duck.index import IndexCache, JoinedIndex, SessionIndex, retrieve_across
+from cce_duck.index import SessionIndex
+from cce_duck.index_cache import IndexCache
+from cce_duck.joined import JoinedIndex, retrieve_across
 from cce_duck.overview import fit_sessions, session_blocks, spread
 from cce_duck.payload import MESSAGE_OVERHEAD, ContextPayload, VerbatimTurn
 from cce_duck.store import Store
@@ -265,8 +267,7 @@ def _user_parts(store: Store, sessions: list[str], cache: IndexCache | None
     """The indexes of a user's ``sessions`` and, when the cache joins users, their joined index
     (loaded together)."""
     if cache is not None and cache.join_users:
-        parts = list(zip(sessions, cache.many(store, sessions), strict=True))
-        return parts, cache.joined(parts)
+        return cache.user(store, sessions)
     return [(s, _index(store, s, cache)) for s in sessions], None
 
 
@@ -277,7 +278,7 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     """The context for ``req`` across ``sessions`` (a user's, in time order): the pins and
     recent turns of ``req.session_id`` (when it is stored; else ``user_pins``, the user's
     own pins), then quotes ranked over every
-    session as one conversation (:func:`cce_duck.index.retrieve_across`), each under the date
+    session as one conversation (:func:`cce_duck.joined.retrieve_across`), each under the date
     and the session it was said in. An overview question ("what did we talk about?") lists
     the sessions of ``user_id`` instead, in time order with their summaries and topics
     (:mod:`cce_duck.overview`). The cap is never exceeded."""
@@ -404,7 +405,7 @@ USER_SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
 def retrieve_user(store: Store, config: Config, sessions: list[str], query: str, *, k: int,
                   cache: IndexCache | None = None) -> list[dict[str, Any]]:
     """Hits across ``sessions`` (a user's, in time order) with their text, best first: the
-    ranking a user context is built from (:func:`cce_duck.index.retrieve_across`), the columns
+    ranking a user context is built from (:func:`cce_duck.joined.retrieve_across`), the columns
     of :data:`USER_SEARCH_SCHEMA`."""
     parts, joined = _user_parts(store, sessions, cache)
     hits = retrieve_across(parts, store.embedder.embed([query], "query")[0], query, k=k,
@@ -501,7 +502,7 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             indexes: dict[str, SessionIndex] | None = None, chats: dict[str, int] | None = None,
             explain: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
     """Quotes of ``hits`` grouped by note, in budget order. With ``indexes`` (hits of
-    :func:`cce_duck.index.retrieve_across`) each hit is read from its session's index and the
+    :func:`cce_duck.joined.retrieve_across`) each hit is read from its session's index and the
     quotes are shown under their session (its place in ``chats``) as well as their date.
     The hits left out are listed (with the reason) only for ``explain``; without it the walk
     ends as soon as no quote can fit any more."""

@@ -15,6 +15,7 @@ import polars as pl
 from cce_duck import clock, deletion, erasure, export, pins
 from cce_duck.allocator import tune_allocator
 from cce_duck.changefeed import Changes
+from cce_duck.coarse import Approx
 from cce_duck.config import Config
 from cce_duck.context import (
     SEARCH_SCHEMA,
@@ -29,7 +30,8 @@ from cce_duck.context import (
 from cce_duck.coordinator import Coordinator
 from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
 from cce_duck.explain import refine as refine_explain
-from cce_duck.index import IndexCache, SessionIndex
+from cce_duck.index import SessionIndex
+from cce_duck.index_cache import IndexCache
 from cce_duck.items import ItemStore, owns_items
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import (
@@ -81,7 +83,7 @@ class Engine(ManagementMixin):
         self.store = Store(config.data_dir, config.embedder, read_only=read_only,
                            encryption_key=config.encryption_key,
                            memory_mb=config.duckdb_memory_mb, lake=config.lake())
-        self.index = IndexCache(config.index_cache_mb * 2**20)
+        self.index = IndexCache(config.index_cache_mb * 2**20, Approx.of(config, self.store))
         #: user -> (store generation, its sessions in time order), for user contexts
         self._user_sessions: dict[str, tuple[int, tuple[str, ...]]] = {}
         try:
@@ -131,6 +133,7 @@ class Engine(ManagementMixin):
             pass  # what could not be stored stays in the journal: the next open stores it
         finally:
             self.writer.close()
+            self.index.close()  # (removes the spill files of large users' indexes)
             if self.store.coordinator is not None:
                 self.store.coordinator.close()
             self.store.close()

@@ -12,7 +12,8 @@ data folder, even when the process dies half-way.
    but does not wipe them, and its write-ahead log still holds the rows, so the whole database
    is copied (``COPY FROM DATABASE``) into ``memory.duckdb.rewrite``, synced, and moved over the
    old file;
-5. the intent is removed.
+5. the spill files of large users' indexes (``vectors.tmp/``, :mod:`cce_duck.spill`: int8
+   vectors, those of the erased turns among them) are removed, and the intent with them.
 
 A process killed anywhere after step 1 leaves the intent behind; the next writable open calls
 :func:`finish` before the journal is replayed, which runs steps 2-5 again (rolls forward). The
@@ -34,6 +35,7 @@ from cce_duck.derived import csv, run_script, touch
 from cce_duck.errors import CCEError
 from cce_duck.lake import purge as lake_purge
 from cce_duck.lake import rewrite_catalog
+from cce_duck.spill import remove_spill_files
 from cce_duck.store import Store
 
 __all__ = ["Erasure", "erase", "finish", "scrub", "scrub_journal"]
@@ -150,9 +152,11 @@ def _delete(store: Store, what: Erasure) -> dict[str, int]:
 
 
 def _finish_files(store: Store, data_dir: Path, what: Erasure) -> None:
-    """Steps 3-5: the journal, the database file, then the intent."""
+    """Steps 3-5: the journal, the database file, the spill files, then the intent (the indexes
+    that read those files are stale by now: the next read loads them again)."""
     scrub_journal(data_dir / folder.JOURNAL_FILE, store, what)
     scrub(store)
+    remove_spill_files(data_dir / folder.SPILL_DIR)
     folder.clear_intent(data_dir)
 
 

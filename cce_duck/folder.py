@@ -6,7 +6,8 @@ A data folder holds ``memory.duckdb`` (with DuckDB's ``.wal`` and ``.tmp`` besid
 ``server.json`` (while a REST server owns it) and, for a moment, the files of an operation in
 progress: ``erasure.json`` (an erasure's intent, see :mod:`cce_duck.erasure`),
 ``memory.duckdb.rewrite`` (a rewrite of the database file) and ``.cce_convert/`` (an encryption
-or decryption being staged, see :mod:`cce_duck.encryption`).
+or decryption being staged, see :mod:`cce_duck.encryption`); while a large user's index is in
+use, ``vectors.tmp/`` holds its int8 vectors (:mod:`cce_duck.spill`).
 
 Repairs at open: :func:`recover` finishes (after its commit point) or undoes (before it) a staged
 conversion; once the opener holds DuckDB's lock, :func:`clean_leftovers` removes what an
@@ -33,6 +34,7 @@ __all__ = [
     "MARKER_FILE",
     "REWRITE_FILE",
     "SERVER_FILE",
+    "SPILL_DIR",
     "STAGING_DIR",
     "TEMP_DIR",
     "WAL_FILE",
@@ -62,6 +64,7 @@ MARKER_FILE = "encryption.json"
 SERVER_FILE = "server.json"
 ERASURE_FILE = "erasure.json"
 STAGING_DIR = ".cce_convert"
+SPILL_DIR = "vectors.tmp"  # spill files of large users' indexes (cce_duck.spill)
 _COMPLETE = "COMPLETE"
 _LOCK_FILE = "lock"
 _TMP = ".tmp"  # suffix of a file written next to the one it replaces
@@ -160,7 +163,7 @@ def clean_leftovers(data_dir: Path) -> list[str]:
         if path.exists():
             path.unlink()
             removed.append(name)
-    for name in (TEMP_DIR, REWRITE_FILE + ".tmp"):
+    for name in (TEMP_DIR, REWRITE_FILE + ".tmp", SPILL_DIR):
         if (data_dir / name).is_dir():
             shutil.rmtree(data_dir / name, ignore_errors=True)
             removed.append(name)
@@ -235,6 +238,7 @@ def install_stage(folder: Path, stage: Path) -> None:
     for name in plan["remove"]:
         (folder / name).unlink(missing_ok=True)
     shutil.rmtree(folder / TEMP_DIR, ignore_errors=True)
+    shutil.rmtree(folder / SPILL_DIR, ignore_errors=True)  # a killed process's plain vectors
     fsync(folder)
     shutil.rmtree(stage)
     fsync(folder)

@@ -21,7 +21,7 @@ from cce_duck.rows import registered
 
 if TYPE_CHECKING:
     from cce_duck.config import Config
-    from cce_duck.index import IndexCache
+    from cce_duck.index_cache import IndexCache
     from cce_duck.store import Store
     from cce_duck.writer import Writer
 

@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib.resources import files
+from typing import Any
 
 import numpy as np
 
@@ -253,31 +254,115 @@ class Ranked:
 def rank(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.ndarray, *,
          k: int, recency_weight: float | None = None, rrf_k: int | None = None,
          asks: np.ndarray | None = None, other: np.ndarray | None = None,
-         n_terms: np.ndarray | None = None) -> Ranked:
+         n_terms: np.ndarray | None = None, keep: np.ndarray | None = None) -> Ranked:
     """Rank the candidates (turn order, ``turn_no`` ascending): steps 3-5 of the module docstring.
 
     Without ``asks`` only the fused ranking (steps 3-4 without replies) is done; with ``asks``,
     ``other`` and ``n_terms`` the replies are added and the list is ordered by conversation score.
+    ``keep`` (a mask) ranks only those rows, as if the others were not given (positions are
+    still those of the arrays given).
+
+    Past :data:`_FEW` candidates, only the rows that can reach the best ``k`` are given a fused
+    score (:func:`_top`): those among the ``k`` best by dense rank, and those with a BM25
+    score; every other row's fused score is lower than theirs. The result is the same.
     """
     s = spec()
-    fused = fuse(dense, bm25, recency, turn_no,
-                 s.recency_weight if recency_weight is None else recency_weight,
-                 s.rrf_k if rrf_k is None else rrf_k)
-    order = _best(fused, turn_no, k)
+    w = s.recency_weight if recency_weight is None else recency_weight
+    rk = s.rrf_k if rrf_k is None else rrf_k
+    top = _top(dense, bm25, recency, turn_no, k, w, rk, keep) if len(dense) > _FEW else None
+    if top is not None:
+        order, fused_at = top
+    else:
+        cand = np.flatnonzero(keep) if keep is not None else None
+        if cand is not None and len(cand) < len(dense):
+            fused_c = fuse(dense[cand], bm25[cand], recency[cand], turn_no[cand], w, rk)
+            order = cand[_best(fused_c, turn_no[cand], k)]
+            fused = np.zeros(len(dense))
+            fused[cand] = fused_c
+        else:
+            fused = fuse(dense, bm25, recency, turn_no, w, rk)
+            order = _best(fused, turn_no, k)
+        fused_at = fused.__getitem__
     if asks is None or other is None or n_terms is None:
-        return Ranked(order, fused[order], None)
+        return Ranked(order, fused_at(order), None)
     nxt = order[(order + 1 < len(turn_no)) & asks[order]] + 1
     nxt = nxt[turn_no[nxt] == turn_no[nxt - 1] + 1]
+    if keep is not None:
+        nxt = nxt[keep[nxt]]
     if len(nxt):  # the replies not listed yet, ascending and once each (as setdiff1d gives)
         listed = np.zeros(len(turn_no), dtype=bool)
         listed[order] = True
         extra = np.zeros(len(turn_no), dtype=bool)
         extra[nxt] = True
         order = np.concatenate([order, np.flatnonzero(extra & ~listed)])
-    score = conversation_scores(fused[order], turn_no[order], asks[order], other[order],
+    fused_o = fused_at(order)
+    score = conversation_scores(fused_o, turn_no[order], asks[order], other[order],
                                 n_terms[order].astype(np.float64))
     final = np.lexsort((-turn_no[order], -score))
-    return Ranked(order[final], fused[order][final], score[final])
+    return Ranked(order[final], fused_o[final], score[final])
+
+
+#: Candidates up to which every one is given a fused score (past it, see :func:`_top`).
+_FEW = 4096
+_TIES = 64  # rows of equal dense keys :func:`_top` ranks one by one before it gives up
+
+
+def _top(dense: np.ndarray, bm25: np.ndarray, recency: np.ndarray, turn_no: np.ndarray,
+         k: int, w: float, rk: int, keep: np.ndarray | None
+         ) -> tuple[np.ndarray, Any] | None:
+    """The best ``k`` positions by fused score (as :func:`_best` over :func:`fuse` gives them)
+    and a function giving the fused score of any positions, from one sort of the dense keys:
+    a row's dense rank is one more than the number of keys above its own (and of equal keys of
+    later turns). ``None`` when many rows that could count share their key with another (the
+    turn order then decides many ranks: every row is ranked instead)."""
+    key = dense + w * recency
+    hit = bm25 > 0
+    if keep is not None:
+        key[~keep] = -np.inf  # below every row ranked: they change no rank
+        hit &= keep
+        n_keep = int(keep.sum())
+    else:
+        n_keep = len(key)
+    if n_keep <= k:
+        return None
+    ranked_keys = np.sort(key)
+    hits = np.flatnonzero(hit)
+    r_bm25 = _ranks(bm25[hits], turn_no[hits])
+    cut = ranked_keys[len(key) - k]  # the k-th best key
+    reach = key >= cut
+    reach[hits] = True
+    rows = np.flatnonzero(reach)
+
+    def placed(kk: np.ndarray, side: Any) -> np.ndarray:
+        """``searchsorted`` of ``kk`` in the sorted keys, the lookups in key order (sorted
+        lookups walk the array once instead of missing the cache at every step)."""
+        order = np.argsort(kk)
+        out = np.empty(len(kk), dtype=np.int64)
+        out[order] = np.searchsorted(ranked_keys, kk[order], side=side)
+        return out
+
+    def dense_rank(at: np.ndarray) -> np.ndarray:
+        kk = key[at]
+        above = placed(kk, "right")
+        r: np.ndarray = len(key) - above + 1.0
+        for i in np.flatnonzero(above - placed(kk, "left") > 1):
+            same = np.flatnonzero(key == kk[i])  # equal keys: the later turn first
+            r[i] += float((turn_no[same] > turn_no[at[i]]).sum())
+        return r
+
+    def fused_at(at: np.ndarray) -> np.ndarray:
+        out: np.ndarray = 1.0 / (rk + dense_rank(at))
+        j = np.minimum(np.searchsorted(hits, at), max(len(hits) - 1, 0))
+        is_hit = hits[j] == at if len(hits) else np.zeros(len(at), dtype=bool)
+        out[is_hit] += 1.0 / (rk + r_bm25[j[is_hit]])
+        return out
+
+    kk = key[rows]
+    ties = placed(kk, "right") - placed(kk, "left") > 1
+    if int(ties.sum()) > _TIES:  # many equal keys: ranking every row costs less
+        return None
+    order = rows[_best(fused_at(rows), turn_no[rows], k)]
+    return order, fused_at
 
 
 def _best(score: np.ndarray, turn_no: np.ndarray, k: int) -> np.ndarray:

@@ -129,7 +129,8 @@ def test_index_follows_pins_corrections_and_sql_writes(file_engine: Engine) -> N
 
 def test_index_holds_the_stored_text_and_the_uncompressed_tail(tmp_path: Path) -> None:
     """Turn text, micro lines and the hot/pending tail in the index equal the tables, with raw
-    text dropped from compressed turns (keep_raw_turns=False): quotes then fall back to micro."""
+    text dropped from compressed turns (keep_raw_turns=False): quotes then fall back to micro,
+    which the index keeps only for those turns (the others are quoted from their text)."""
     with Engine(data_dir=tmp_path / "d", embedder="hash", keep_raw_turns=False,
                 hot_tier_max_turns=4) as eng:
         eng.ingest("s", _sample())
@@ -140,7 +141,7 @@ def test_index_holds_the_stored_text_and_the_uncompressed_tail(tmp_path: Path) -
             "ORDER BY turn_no").fetchall()
         assert [int(t) for t in idx.turn_no] == [r[0] for r in rows]
         assert idx.content == [r[1] for r in rows]
-        assert idx.micro == [r[2] for r in rows]
+        assert idx.micro == [r[2] if r[1] is None else None for r in rows]
         assert any(r[1] is None for r in rows)
         assert any(r[1] is not None for r in rows)
         tail = [(r[0], r[1]) for r in reversed(rows) if r[3] is None and r[1] is not None]

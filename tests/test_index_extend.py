@@ -21,6 +21,7 @@ import pytest
 from cce_duck import Engine
 from cce_duck.context import is_overview_question
 from cce_duck.index import SessionIndex
+from cce_duck.spill import Vectors
 
 SAMPLE = Path(__file__).resolve().parents[1] / "cce_duck" / "data" / "sample_conversation.json"
 QUESTIONS = [
@@ -47,17 +48,17 @@ def _messages() -> list[dict[str, Any]]:
     return out
 
 
-def _postings(idx: SessionIndex) -> dict[str, list[tuple[int, float]]]:
-    terms = idx.vocab.to_pylist()
-    return {terms[t]: sorted(zip(idx.p_row[lo:hi].tolist(), idx.p_tf[lo:hi].tolist(),
-                                 strict=True))
-            for t, (lo, hi) in enumerate(zip(idx.p_offsets[:-1], idx.p_offsets[1:], strict=True))}
+def _postings(idx: SessionIndex) -> dict[str, list[tuple[int, int]]]:
+    return idx.postings.as_dict()
 
 
 def _same_index(extended: SessionIndex, loaded: SessionIndex) -> None:
     for name in ("turn_no", "ts", "n_terms", "tokens", "note_id", "asks", "mvec", "s_row",
                  "s_no", "s_start", "s_end", "svec", "who_tokens"):
-        assert np.array_equal(getattr(extended, name), getattr(loaded, name)), name
+        a, b = getattr(extended, name), getattr(loaded, name)
+        if isinstance(a, Vectors):
+            a, b = a.all(), b.all()
+        assert np.array_equal(a, b), name
     for name in ("role", "speaker", "content", "micro", "notes", "pins", "uncompressed"):
         assert getattr(extended, name) == getattr(loaded, name), name
     assert extended.key[1] == loaded.key[1]
@@ -216,7 +217,8 @@ def test_vectors_grow_in_place_without_changing_what_readers_hold() -> None:
     """An extension appends into spare room of the vectors' buffer; an index taken before keeps
     its rows, and a second extension of the same rows (a copy another thread extended first)
     gets a buffer of its own instead of writing over the first one's rows."""
-    from cce_duck.index import _appended, _held_bytes
+    from cce_duck.spill import appended as _appended
+    from cce_duck.spill import held_bytes as _held_bytes
 
     old = np.arange(12, dtype=np.int8).reshape(3, 4)
     first = _appended(old, np.full((2, 4), 7, np.int8))
@@ -250,7 +252,8 @@ def test_an_index_extended_twice_equals_one_loaded(tmp_path: Path) -> None:
     assert eng.index.extensions > 0
     with eng.store.reading():
         loaded = SessionIndex.load(eng.store, "s", extended.key, one_connection=True)
-    assert np.array_equal(extended.mvec, loaded.mvec)
-    assert np.array_equal(extended.svec, loaded.svec)
-    assert extended.content == loaded.content
+    assert np.array_equal(extended.mvec.all(), loaded.mvec.all())
+    assert np.array_equal(extended.svec.all(), loaded.svec.all())
+    assert [extended.content[r] for r in range(len(extended.turn_no))] == [
+        loaded.content[r] for r in range(len(loaded.turn_no))]
     eng.close()

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from conftest import TOPICS, topic_messages
 
 from cce_duck import Engine, ranking
-from cce_duck.index import IndexCache
+from cce_duck import joined as joined_mod
+from cce_duck.index_cache import IndexCache
 
 QUESTIONS = ["How much do the piano lessons cost?", "Who brings the barbecue grill?",
              "crampons", "What did we decide about the trip?", "When is the concert?"]
@@ -70,7 +72,7 @@ def test_joined_user_index_gives_the_plain_contexts(tmp_path: Path) -> None:
         # the parts' vectors are views of the joined index's: held once
         kept = eng.index._joined
         assert kept is not None
-        assert all(np.shares_memory(idx.mvec, kept.mvec) for _, idx in kept.parts)
+        assert all(idx.mvec.same_as(kept.mvec) for _, idx in kept.parts)
 
         # a write to one session: its index is extended, the joined index built again
         eng.add_message(sids[2], "user", "My locker moved to number 777 by the gym.")
@@ -79,6 +81,32 @@ def test_joined_user_index_gives_the_plain_contexts(tmp_path: Path) -> None:
         assert eng.index._joined is not kept
         p = eng.user_context("alice", "Where is my locker now?", max_tokens=300)
         assert "777" in p.to_string()
+
+
+def test_a_write_to_one_session_splices_the_joined_index(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a write to one session (in the middle, then the last), and after a flush that only
+    counts retrievals, the joined index takes the other sessions' postings and speaker codes
+    from the one it replaces, moved (no sort of the whole): the contexts of a fresh join."""
+    spliced: list[int] = []
+    real = joined_mod._spliced_postings
+
+    def counting(*args: Any) -> Any:
+        spliced.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(joined_mod, "_spliced_postings", counting)
+    with Engine(data_dir=tmp_path / "d", embedder="hash") as eng:
+        sids = _user(eng)
+        assert _contexts(eng, sids) == _plain(eng, sids)
+        for sid, text in ((sids[2], "My locker moved to number 777 by the gym."),
+                          (sids[-1], "Swim practice moved to Thursdays."),
+                          (sids[1], "The piano teacher is called Mrs. Oyelaran.")):
+            eng.add_message(sid, "user", text)
+            before = len(spliced)
+            assert _contexts(eng, sids) == _plain(eng, sids)
+            assert len(spliced) > before
+        assert "Oyelaran" in eng.user_context("alice", "Who teaches piano?").to_string()
 
 
 def test_concurrent_user_contexts_agree(tmp_path: Path) -> None:
@@ -164,6 +192,24 @@ def test_rank_is_the_full_sort_by_both_keys() -> None:
         assert got.score is not None
         assert (got.order.tolist(), got.fused.tolist(), got.score.tolist()) == _plain_rank(
             dense, bm25, recency, turn_no, k, asks, other, n_terms)
+        # some rows left out (a window, the turns sent verbatim): as if they were not given
+        keep = rng.random(n) < 0.9
+        keep[-min(n, 30):] = False
+        cand = np.flatnonzero(keep)
+        got = ranking.rank(dense, bm25, recency, turn_no, k=k, asks=asks, other=other,
+                           n_terms=n_terms, keep=keep)
+        order, fused, score = _plain_rank(dense[cand], bm25[cand], recency[cand],
+                                          turn_no[cand], k, asks[cand], other[cand],
+                                          n_terms[cand])
+        assert got.score is not None
+        assert (got.order.tolist(), got.fused.tolist(), got.score.tolist()) == (
+            cand[order].tolist(), fused, score)
+        # without a recency weight, equal dense scores are equal keys: the turn order decides
+        got = ranking.rank(dense, bm25, recency, turn_no, k=k, asks=asks, other=other,
+                           n_terms=n_terms, recency_weight=0.0)
+        assert got.score is not None
+        assert (got.order.tolist(), got.fused.tolist(), got.score.tolist()) == _plain_rank(
+            dense, bm25, recency * 0.0, turn_no, k, asks, other, n_terms)
 
 
 def test_dense_scores_grouped_and_not() -> None:

@@ -22,7 +22,7 @@ from servers import CCE, cce_server
 from cce_duck import Engine, ranking
 from cce_duck.errors import ConflictError, NotFoundError, ValidationError
 from cce_duck.folder import ERASURE_FILE
-from cce_duck.index import retrieve_across
+from cce_duck.joined import retrieve_across
 
 
 def _engine(path: Path, **kw: Any) -> Engine:

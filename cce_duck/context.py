@@ -26,6 +26,7 @@ from cce_duck.history import (
     verbatim_explain,
     window_rows,
 )
+from cce_duck.hits import Hits
 from cce_duck.index import SessionIndex
 from cce_duck.index_cache import IndexCache
 from cce_duck.joined import JoinedIndex, retrieve_across
@@ -166,7 +167,7 @@ def build_context(store: Store, config: Config, req: ContextRequest, explain: bo
     memory_paid = bool(pins)
     chosen: list[dict[str, Any]] = []
     dropped: list[dict[str, Any]] = []
-    hits: list[dict[str, Any]] = []
+    hits = Hits.empty()
     if overview:
         chosen, dropped, memory_paid = _overview(store, sid, budget, memory_paid, memory_overhead)
     elif req.query.strip():
@@ -305,7 +306,7 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     else:
         full = sum(history_tokens(idx) for _, idx in parts)
     pins_cost = pin_tokens(own.pins if own is not None else user_pins or [])
-    hits: list[dict[str, Any]] = []
+    hits = Hits.empty()
     chosen: list[dict[str, Any]] = []
     dropped: list[dict[str, Any]] = []
     cap = min(req.max_tokens, full + pins_cost)
@@ -330,12 +331,13 @@ def build_user_context(store: Store, config: Config, req: ContextRequest,
     _trim(payload, pins, cap, overview, True)
     if explain:
         quoted = Counter(n["session_id"] for n in payload.notes for _ in n["quotes"])
+        per_session = Counter(hits.col("session_id")) if len(hits) else Counter[str]()
         listed = {n["session_id"] for n in payload.notes}
         payload.explain = {
             "budget": {"max_tokens": req.max_tokens, "used": payload.tokens, **budget.split},
             "overview": overview,
             "sessions": [{"session_id": s, "chat": chats[s],
-                          "hits": sum(1 for h in hits if h["session_id"] == s),
+                          "hits": per_session.get(s, 0),
                           "quotes": quoted.get(s, 0), "listed": s in listed} for s in sessions],
             "hits": [{k: v for k, v in h.items() if k not in ("ts", "row")} for h in hits],
             "chosen": [{"session_id": n["session_id"], "note_id": n["note_id"], "quotes": [
@@ -464,30 +466,30 @@ def _note_header(n: dict[str, Any]) -> str:
     return f"[{_day(n['start_ts'])} · {n['label']}]"
 
 
-def _quote_text(row: dict[str, Any], hit: dict[str, Any], index: SessionIndex) -> tuple[str, int]:
-    """The part of a turn worth quoting (its best sentence, and the next one when short) and its
-    token estimate."""
-    content = row["content"]
+def _quote_text(index: SessionIndex, row: int, best: int | None) -> tuple[str, int]:
+    """The part of the turn at ``row`` worth quoting (its ``best`` sentence, and the next one
+    when short) and its token estimate."""
+    content = index.content[row]
+    tokens = int(index.tokens[row])
     if content is None:
-        text = str(row["micro"] or "")
+        text = str(index.micro[row] or "")
         return text, estimate_tokens(text)
-    best = hit["best_sentence"]
-    if best is not None and row["tokens"] > QUOTE_MAX_TOKENS:
-        span = index.sentence_span(hit["row"], best)
+    if best is not None and tokens > QUOTE_MAX_TOKENS:
+        span = index.sentence_span(row, best)
         if span is not None:
             text = content[span[0]:span[1]]
-            nxt = index.sentence_span(hit["row"], best + 1)
+            nxt = index.sentence_span(row, best + 1)
             if nxt is not None and estimate_tokens(text) < 16:
                 text = content[span[0]:nxt[1]]
             text = clip(text, QUOTE_MAX_TOKENS)
             return text, estimate_tokens(text)
-    spans = index.sentence_spans(hit["row"])
+    spans = index.sentence_spans(row)
     if spans and _leaves_out_words(content, spans):
         # pleasantries ("Oh wow!", "Thanks!") have no sentence row: quote the substance only
         text = clip(" ".join(content[a:z] for a, z in spans), QUOTE_MAX_TOKENS)
         return text, estimate_tokens(text)
-    if row["tokens"] <= QUOTE_MAX_TOKENS:
-        return content, int(row["tokens"])
+    if tokens <= QUOTE_MAX_TOKENS:
+        return content, tokens
     text = clip(content, QUOTE_MAX_TOKENS)
     return text, estimate_tokens(text)
 
@@ -497,17 +499,18 @@ def _leaves_out_words(content: str, spans: list[tuple[int, int]]) -> bool:
     return any(_WORD_CHAR.search(piece) for piece in outside_spans(content, spans))
 
 
-def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, Any]],
-            index: SessionIndex, budget: _Budget, memory_paid: bool, memory_overhead: int,
+def _quotes(store: Store, sid: str, req: ContextRequest, hits: Hits, index: SessionIndex,
+            budget: _Budget, memory_paid: bool, memory_overhead: int,
             indexes: dict[str, SessionIndex] | None = None, chats: dict[str, int] | None = None,
             explain: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
     """Quotes of ``hits`` grouped by note, in budget order. With ``indexes`` (hits of
     :func:`cce_duck.joined.retrieve_across`) each hit is read from its session's index and the
     quotes are shown under their session (its place in ``chats``) as well as their date.
     The hits left out are listed (with the reason) only for ``explain``; without it the walk
-    ends as soon as no quote can fit any more."""
+    ends as soon as no quote can fit any more. The hits are read column by column (no hit is
+    made into a dict: most of them are only looked at)."""
     chats = chats or {}
-    if not hits:
+    if not len(hits):
         return [], [], memory_paid
     groups: dict[Any, dict[str, Any]] = {}
     dropped: list[dict[str, Any]] = []
@@ -517,57 +520,60 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
     total, used, spent = budget.total, budget.used, 0  # (written back to the budget below)
     top_k = req.top_k
     memo = index.quotes
+    turn_nos, rows, note_ids = hits.col("turn_no"), hits.col("row"), hits.raw("note_id")
+    bests, speakers, roles = hits.raw("best_sentence"), hits.col("speaker"), hits.col("role")
+    stamps = hits.col("ts")
+    session_ids: list[str] = hits.col("session_id") if scoped else []
 
-    def drop(h: dict[str, Any], reason: str) -> None:
-        dropped.append({"turn_no": h["turn_no"], "note_id": h["note_id"], "reason": reason,
-                        "fused": h["fused"]})
+    def drop(i: int, reason: str) -> None:
+        dropped.append({"turn_no": turn_nos[i], "note_id": note_ids[i] if note_ids[i] >= 0
+                        else None, "reason": reason, "fused": hits.value("fused", i)})
 
-    for h in hits:
+    for i in range(len(hits)):
         left = total - used
         if left < _LEAST_QUOTE and not explain:
             break  # every quote costs at least its speaker (1 token or more), 1 of text and 1
-        sid_h: str = h["session_id"] if scoped else ""
+        sid_h = session_ids[i] if scoped else ""
         if indexes is not None:
             index = indexes[sid_h]
             memo = index.quotes
-        nid = h["note_id"]
-        key = (sid_h, nid, None if nid is not None else h["turn_no"])  # (note, or lone turn)
+        nid = note_ids[i]
+        key = (sid_h, nid, None if nid >= 0 else turn_nos[i])  # (note, or lone turn)
         group = groups.get(key)
         if group is None and len(groups) >= top_k:
             if explain:
-                drop(h, "top_k")
+                drop(i, "top_k")
             continue
-        who = h["speaker"] or h["role"]
+        who = speakers[i] or roles[i]
         who_cost = who_tokens.get(who)
         if who_cost is None:
             who_cost = who_tokens[who] = estimate_tokens(f"{who}:")
         if left < who_cost + 2:  # not even a one-token quote fits
             if explain:
-                drop(h, "budget")
+                drop(i, "budget")
             continue
-        row, best = h["row"], h["best_sentence"]
+        row, best = rows[i], bests[i] if bests[i] >= 0 else None
         quoted = memo.get((row, best))
         if quoted is None:
-            quoted = _quote_text({"content": index.content[row], "micro": index.micro[row],
-                                  "tokens": index.tokens[row]}, h, index)
+            quoted = _quote_text(index, row, best)
             index.remember_quote((row, best), *quoted)
         text, text_tokens = quoted
         cost = who_cost + text_tokens + 1  # the estimate is additive over these pieces
         if cost > left and not explain:  # (a day line or the memory block only add to it)
             continue
-        ts = h["ts"]
+        ts = stamps[i]
         day = ts.date() if not scoped else (ts.date(), sid_h)
         if day not in days:  # quotes are shown under one date line per day (and session)
             cost += 1 + (DAY_HEADER_TOKENS if not scoped else _session_day_tokens(
                 ts.date(), chats.get(sid_h, 0)))
         elif group is not None and len(group["quotes"]) >= QUOTES_PER_NOTE:
             if explain:
-                drop(h, "quotes_per_note")
+                drop(i, "quotes_per_note")
             continue
         extra = 0 if memory_paid else memory_overhead
         if cost + extra > left:
             if explain:
-                drop(h, "budget")
+                drop(i, "budget")
             continue
         used += cost + extra
         spent += cost
@@ -575,20 +581,21 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: list[dict[str, An
             budget.split["overhead"] += extra
             memory_paid = True
         if group is None:
-            if nid is not None:
+            if nid >= 0:
                 hdr = index.notes[nid]
             else:
-                hdr = {"note_id": None, "label": "not yet summarised", "start_turn": h["turn_no"],
-                       "end_turn": h["turn_no"], "start_ts": ts, "end_ts": ts}
+                hdr = {"note_id": None, "label": "not yet summarised", "start_turn": turn_nos[i],
+                       "end_turn": turn_nos[i], "start_ts": ts, "end_ts": ts}
             group = groups[key] = {**hdr, "quotes": []}
             if scoped:
                 group["session_id"] = sid_h
         days.add(day)
-        quote = {"turn_no": h["turn_no"], "dense": h["dense"], "bm25": h["bm25"],
-                 "recency": h["recency"], "fused": h["fused"], "rank": h["rank"],
+        quote = {"turn_no": turn_nos[i], "dense": hits.value("dense", i),
+                 "bm25": hits.value("bm25", i), "recency": hits.value("recency", i),
+                 "fused": hits.value("fused", i), "rank": i + 1,
                  "speaker": who, "text": text, "line": f"{who}: {text}", "ts": ts}
         if scoped:
-            quote.update(session_id=sid_h, pos=h["pos"], chat=chats.get(sid_h, 0))
+            quote.update(session_id=sid_h, pos=hits.value("pos", i), chat=chats.get(sid_h, 0))
         group["quotes"].append(quote)
     budget.used = used
     budget.split["notes"] += spent

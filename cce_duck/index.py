@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from cce_duck import ranking
 from cce_duck.blas import one_blas_thread
 from cce_duck.embedders.base import Matrix
+from cce_duck.hits import Hit, Hits
 
 # (a user's joined index and its ranking live in cce_duck.joined; named here too, where the
 # cce_retrieve_user_v1 macro's header says it is computed)
@@ -57,7 +58,6 @@ from cce_duck.topics import TopicTurn
 
 __all__ = ["Hit", "JoinedIndex", "NotePlan", "SessionIndex", "TopicRule", "retrieve_across"]
 
-Hit = dict[str, Any]
 TopicRule = Callable[[list[TopicTurn], Matrix], list[list[int]]]
 #: Compresses closed topics in memory: (turns, their tokens, vectors, topics) -> what to take in
 NotePlan = Callable[[list[TopicTurn], list[int], Matrix, list[list[int]]], Flushed | None]
@@ -99,17 +99,6 @@ def _products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
         np.copyto(buf[:r], mat[i : i + r], casting="unsafe")
         np.dot(buf[:r], q, out=out[i : i + r])
     return out
-
-
-def _none_below_zero(values: np.ndarray) -> list[int | None]:
-    """``values`` as Python ints, ``None`` where negative (no note, no sentence)."""
-    if not (values < 0).any():
-        out: list[int | None] = values.tolist()
-        return out
-    obj = values.astype(object)
-    obj[values < 0] = None
-    listed: list[int | None] = obj.tolist()
-    return listed
 
 
 def _in_order(major: np.ndarray, minor: np.ndarray | None = None) -> bool:
@@ -390,7 +379,7 @@ class SessionIndex:
                  since: datetime | None = None, until: datetime | None = None,
                  last_turns: int | None = None, before_turn: int | None = None,
                  recency_weight: float | None = None, rrf_k: int | None = None,
-                 conversation: bool = False) -> list[Hit]:
+                 conversation: bool = False) -> Hits:
         """The ranking of :mod:`cce_duck.ranking`: turn_no, row, dense, best_sentence, bm25,
         recency, fused and rank of the best ``k`` turns (and ``asks``: the turn has a question
         mark). ``recency_weight`` and ``rrf_k`` default to the ranking specification's.
@@ -401,7 +390,7 @@ class SessionIndex:
         """
         n = len(self.turn_no)
         if n == 0:
-            return []
+            return Hits.empty()
         with one_blas_thread():
             return self._retrieve(np.asarray(qv, dtype=np.float32).reshape(-1), query,
                                   next_turn=next_turn, k=k, since=since, until=until,
@@ -412,7 +401,7 @@ class SessionIndex:
     def _retrieve(self, q: np.ndarray, query: str, *, next_turn: int, k: int,
                   since: datetime | None, until: datetime | None, last_turns: int | None,
                   before_turn: int | None, recency_weight: float | None, rrf_k: int | None,
-                  conversation: bool) -> list[Hit]:
+                  conversation: bool) -> Hits:
         q64 = q.astype(np.float64)
         dense, best_sentence = ranking.dense_scores(
             _products(self.mvec.all(), q64), _products(self.svec.all(), q64), self.s_row,
@@ -432,7 +421,7 @@ class SessionIndex:
             keep &= self.turn_no < before_turn
         cand = np.flatnonzero(keep)
         if not len(cand):
-            return []
+            return Hits.empty()
         tn = self.turn_no[cand]
         extra: dict[str, np.ndarray] = {}
         if conversation:
@@ -446,23 +435,16 @@ class SessionIndex:
                               recency_weight=recency_weight, rrf_k=rrf_k, **extra)
         rows = cand[ranked.order]  # the hits' rows, best first
         row_list = rows.tolist()
-        cols = [tn[ranked.order].tolist(), row_list, _none_below_zero(self.note_id[rows]),
-                [self.role[r] for r in row_list], [self.speaker[r] for r in row_list],
-                self.ts[rows].tolist(), dense[rows].tolist(),
-                _none_below_zero(best_sentence[rows]), bm25[rows].tolist(),
-                recency[rows].tolist(), self.asks[rows].tolist(),
-                self.n_terms[rows].astype(np.int64).tolist(), ranked.fused.tolist(),
-                range(1, len(rows) + 1)]
-        if ranked.score is None:
-            return [{"turn_no": t, "row": r, "note_id": n, "role": ro, "speaker": sp, "ts": ts,
-                     "dense": d, "best_sentence": bs, "bm25": b, "recency": rc, "asks": a,
-                     "n_terms": nt, "fused": f, "rank": k}
-                    for t, r, n, ro, sp, ts, d, bs, b, rc, a, nt, f, k in zip(*cols, strict=True)]
-        return [{"turn_no": t, "row": r, "note_id": n, "role": ro, "speaker": sp, "ts": ts,
-                 "dense": d, "best_sentence": bs, "bm25": b, "recency": rc, "asks": a,
-                 "n_terms": nt, "fused": f, "rank": k, "score": sc}
-                for t, r, n, ro, sp, ts, d, bs, b, rc, a, nt, f, k, sc in zip(
-                    *cols, ranked.score.tolist(), strict=True)]
+        cols: dict[str, Any] = {
+            "turn_no": tn[ranked.order], "row": rows, "note_id": self.note_id[rows],
+            "role": [self.role[r] for r in row_list],
+            "speaker": [self.speaker[r] for r in row_list], "ts": self.ts[rows],
+            "dense": dense[rows], "best_sentence": best_sentence[rows], "bm25": bm25[rows],
+            "recency": recency[rows], "asks": self.asks[rows],
+            "n_terms": self.n_terms[rows].astype(np.int64), "fused": ranked.fused}
+        if ranked.score is not None:
+            cols["score"] = ranked.score
+        return Hits(cols)
 
     @cached_property
     def speaker_terms(self) -> dict[str, tuple[str, ...]]:

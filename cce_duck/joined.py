@@ -36,13 +36,14 @@ from cce_duck import ranking
 from cce_duck.blas import one_blas_thread
 from cce_duck.coarse import Approx, Coarse, calibrated, first_stage
 from cce_duck.embedders.base import Matrix
+from cce_duck.hits import Hits
 from cce_duck.postings import Borrowed, Postings
 from cce_duck.projection import Projection
 from cce_duck.spill import Vectors
 from cce_duck.text import query_terms
 
 if TYPE_CHECKING:
-    from cce_duck.index import Hit, SessionIndex
+    from cce_duck.index import SessionIndex
 
 __all__ = ["Approx", "Coarse", "JoinedIndex", "retrieve_across"]
 
@@ -393,7 +394,7 @@ def _spliced_postings(whole: Postings, idxs: list[SessionIndex], starts: np.ndar
 def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: str, *, k: int,
                     since: datetime | None = None, until: datetime | None = None,
                     before: dict[str, int] | None = None, recency_weight: float | None = None,
-                    rrf_k: int | None = None, joined: JoinedIndex | None = None) -> list[Hit]:
+                    rrf_k: int | None = None, joined: JoinedIndex | None = None) -> Hits:
     """The ranking of :mod:`cce_duck.ranking` over several sessions as one conversation.
 
     ``parts`` are the sessions in time order; their turns are laid end to end (a gap of one
@@ -410,7 +411,7 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     """
     parts = [(sid, idx) for sid, idx in parts if len(idx.turn_no)]
     if not parts:
-        return []
+        return Hits.empty()
     j = joined if joined is not None and joined.matches(parts) else JoinedIndex.build(parts)
     q32 = np.asarray(qv, dtype=np.float32).reshape(-1)
     q64 = q32.astype(np.float64)
@@ -428,7 +429,7 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
             keep[a:b] &= j.turn_no[a:b] < before[sid]
     cand = np.flatnonzero(keep)
     if not len(cand):
-        return []
+        return Hits.empty()
     weight = ranking.spec().recency_weight if recency_weight is None else recency_weight
     bm25 = ranking.bm25_scores(j.n_terms, j.postings.of_terms(terms))
     with one_blas_thread():
@@ -448,17 +449,22 @@ def retrieve_across(parts: list[tuple[str, SessionIndex]], qv: Matrix, query: st
     score = ranking.session_scores(ranked.fused if ranked.score is None else ranked.score,
                                    ranked.fused, session)
     final = np.lexsort((-pos[listed], -score))
-    out = []
-    for r, (f, g, which) in enumerate(zip(final.tolist(), listed[final].tolist(),
-                                          session[final].tolist(), strict=True)):
-        sid, idx = parts[which]
-        row = g - int(j.starts[which])
-        nid = int(idx.note_id[row])
-        out.append({
-            "session_id": sid, "pos": int(pos[g]), "turn_no": int(idx.turn_no[row]), "row": row,
-            "note_id": nid if nid >= 0 else None, "role": idx.role[row],
-            "speaker": idx.speaker[row], "ts": idx.ts[row].item(), "dense": float(dense[g]),
-            "best_sentence": int(best[g]) if best[g] >= 0 else None, "bm25": float(bm25[g]),
-            "recency": float(recency[g]), "asks": bool(j.asks[g]), "n_terms": int(j.n_terms[g]),
-            "fused": float(ranked.fused[f]), "rank": r + 1, "score": float(score[f])})
-    return out
+    order = listed[final]
+    which = session[final]
+    rows = order - j.starts[which]
+    sids, note_id, role, speaker, turn_no, ts = [], [], [], [], [], []
+    for w, row in zip(which.tolist(), rows.tolist(), strict=True):
+        sid, idx = parts[w]
+        sids.append(sid)
+        note_id.append(idx.note_id[row])
+        role.append(idx.role[row])
+        speaker.append(idx.speaker[row])
+        turn_no.append(idx.turn_no[row])
+        ts.append(idx.ts[row])
+    return Hits({
+        "session_id": sids, "pos": pos[order], "turn_no": np.array(turn_no, dtype=np.int64),
+        "row": rows, "note_id": np.array(note_id, dtype=np.int64), "role": role,
+        "speaker": speaker, "ts": np.array(ts, dtype="datetime64[us]"), "dense": dense[order],
+        "best_sentence": best[order], "bm25": bm25[order], "recency": recency[order],
+        "asks": j.asks[order], "n_terms": j.n_terms[order].astype(np.int64),
+        "fused": ranked.fused[final], "score": score[final]})

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 __all__ = ["TERM_ENTRY_BYTES", "Borrowed", "Postings", "TermPostings"]
 
 TERM_ENTRY_BYTES = 120  # a term's string and dict entry in `Postings.term_ids`
+LOOKUP_MAX_TERMS = 50_000  # postings with a larger vocabulary look terms up without a dict
 
 #: A question term's weight, and the rows holding it with their term frequencies.
 TermPostings = tuple[float, np.ndarray, np.ndarray]
@@ -57,15 +58,20 @@ class Postings:
 
     @cached_property
     def term_ids(self) -> dict[str, int]:
-        """Term -> its id, built by the first :meth:`added` (in a chat loop, a dict lookup of a
-        few terms instead of hashing the whole vocabulary on every query and extension); only
-        queried, the postings do without it."""
+        """Term -> its id, built by the first :meth:`added` or the second query (a dict lookup
+        of a few terms instead of hashing the whole vocabulary on every query and extension:
+        0.2 ms a question for 1,400 terms); postings queried once, or whose vocabulary is
+        larger than :data:`LOOKUP_MAX_TERMS`, do without it."""
         return {t: i for i, t in enumerate(self.vocab.to_pylist())}
 
     def ids(self, terms: list[str]) -> list[int | None]:
         """The id of each term (``None``: no turn holds it)."""
         lookup: dict[str, int] | None = self.__dict__.get("term_ids")
+        if lookup is None and self.__dict__.get("queried") and len(self.vocab) <= (
+                LOOKUP_MAX_TERMS):
+            lookup = self.term_ids
         if lookup is None:
+            self.__dict__["queried"] = True
             found: list[int | None] = pc.index_in(pa.array(terms, pa.string()),
                                                   value_set=self.vocab).to_pylist()
             return found

@@ -21,7 +21,15 @@ import pyarrow.compute as pc
 
 from cce_duck.blas import one_blas_thread
 from cce_duck.coarse import Approx, Coarse, codes_into, new_spill, sample_picks
-from cce_duck.index import _ASKS, _SIDE_READS, SessionIndex, _Done, _interned
+from cce_duck.index import (
+    _ASKS,
+    _SIDE_READS,
+    Derive,
+    SessionIndex,
+    _Done,
+    _interned,
+    lagged_key,
+)
 from cce_duck.joined import JoinedIndex
 from cce_duck.postings import Borrowed, Postings
 from cce_duck.projection import Projection
@@ -45,14 +53,13 @@ def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, Sessi
     table (``sql/user_index.sql``), each one what :meth:`SessionIndex.load` gives: for a
     user's thousand sessions, a few large reads instead of six small ones per session."""
     params = {"sids": list(keys)}
-    if store.connection is not store.con:  # a reading thread: its snapshot, its cursor
+    if store.connection is not store.con or store.lake is not None:  # one snapshot
         side: Any = _Done(_side_tables_many(store.connection, params))
     else:
         side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
     try:
-        turns = _by_session(store.q("many_turns", params, source=USER_SQL).to_arrow_table())
-        mv = _by_session(store.q("many_message_vectors", params, source=USER_SQL)
-                         .to_arrow_table())
+        turns_t = store.q("many_turns", params, source=USER_SQL).to_arrow_table()
+        mv_t = store.q("many_message_vectors", params, source=USER_SQL).to_arrow_table()
         notes: dict[str, dict[int, dict[str, Any]]] = {}
         for r in store.q("many_notes", params, source=USER_SQL).to_arrow_table().to_pylist():
             notes.setdefault(r.pop("session_id"), {})[r["note_id"]] = r
@@ -61,7 +68,8 @@ def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, Sessi
             pins.setdefault(sid, []).append(text)
     finally:
         sents_t, post_t = side.result()
-    tables = [turns, mv, _by_session(sents_t), _by_session(post_t)]
+    mv_t, sents_t, post_t = with_derived(store.derive_missing, turns_t, mv_t, sents_t, post_t)
+    tables = [_by_session(turns_t), _by_session(mv_t), _by_session(sents_t), _by_session(post_t)]
     out = {}
     for sid, key in keys.items():
         t, m, se, po = (rows.get(sid, none) for rows, none in tables)
@@ -75,6 +83,30 @@ def _side_tables_many(reader: duckdb.DuckDBPyConnection, params: dict[str, Any]
     """Sentence rows and postings of several sessions, read on ``reader``."""
     return (reader.execute(query("many_sentences", USER_SQL), params).to_arrow_table(),
             reader.execute(query("many_postings", USER_SQL), params).to_arrow_table())
+
+
+def with_derived(derive: Derive | None, turns: pa.Table, mv: pa.Table, sents: pa.Table,
+                 post: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """``mv``, ``sents`` and ``post`` (rows of several sessions) with the derived rows of the
+    ``turns`` that have text but no message vector, from ``derive`` (on a lake, where a
+    message is acknowledged before its derived rows are committed: see
+    :meth:`SessionIndex.from_tables <cce_duck.index.SessionIndex.from_tables>`)."""
+    if derive is None or not len(turns):
+        return mv, sents, post
+    missing = turns.filter(turns.column("content").is_valid()).join(
+        mv.select(["session_id", "turn_no"]), keys=["session_id", "turn_no"],
+        join_type="left anti")
+    if not len(missing):
+        return mv, sents, post
+    out: list[list[pa.Table]] = [[mv], [sents], [post]]
+    for sid in pc.unique(missing.column("session_id")).to_pylist():
+        rows = missing.filter(pc.equal(missing.column("session_id"), sid))
+        derived = derive(rows.drop_columns(["session_id"]))
+        for tables, new in zip(out, derived, strict=True):
+            new = new.add_column(0, "session_id", pa.array([sid] * len(new), pa.string()))
+            tables.append(new.select(tables[0].column_names).cast(tables[0].schema))
+    mv, sents, post = (pa.concat_tables(t) for t in out)
+    return mv, sents, post
 
 
 def _by_session(table: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
@@ -133,7 +165,7 @@ def load_user(store: Store, keys: dict[str, tuple[Any, ...]], approx: Approx | N
     their joined index (``None``: no turn at all), read together and laid out once (see the
     module docstring); with the first stage when ``approx`` says so."""
     params = {"sids": list(keys)}
-    if store.connection is not store.con:
+    if store.connection is not store.con or store.lake is not None:  # one snapshot
         side: Any = _Done(_side_tables_many(store.connection, params))
     else:
         side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
@@ -148,6 +180,7 @@ def load_user(store: Store, keys: dict[str, tuple[Any, ...]], approx: Approx | N
             pins.setdefault(sid, []).append(text)
     finally:
         sents, post = side.result()
+    mv, sents, post = with_derived(store.derive_missing, turns, mv, sents, post)
     dim = store.dim
     # turns in (session, turn) order, those with a message vector (as a session's load)
     t_key = _codes_of(turns, keys) * _SHIFT + turns.column("turn_no").to_numpy().astype(np.int64)
@@ -214,7 +247,7 @@ def load_user(store: Store, keys: dict[str, tuple[Any, ...]], approx: Approx | N
         a, b = int(bounds[i]), int(bounds[i + 1])
         sa, sb = int(s_bounds[i]), int(s_bounds[i + 1])
         parts.append(SessionIndex(
-            key=key, turn_no=turn_no[a:b], ts=ts[a:b], n_terms=n_terms[a:b],
+            key=lagged_key(key, turn_no[a:b]), turn_no=turn_no[a:b], ts=ts[a:b], n_terms=n_terms[a:b],
             tokens=tokens[a:b], note_id=note_id[a:b], asks=asks[a:b], role=role[a:b],
             speaker=speaker[a:b], content=Texts(content.slice(a, b - a)), micro=micro[a:b],
             notes=notes.get(sid, {}), pins=pins.get(sid, []), mvec=mvec.slice(a, b),

@@ -61,6 +61,8 @@ __all__ = ["Hit", "JoinedIndex", "NotePlan", "SessionIndex", "TopicRule", "retri
 TopicRule = Callable[[list[TopicTurn], Matrix], list[list[int]]]
 #: Compresses closed topics in memory: (turns, their tokens, vectors, topics) -> what to take in
 NotePlan = Callable[[list[TopicTurn], list[int], Matrix, list[list[int]]], Flushed | None]
+#: Derives the rows of stored turns that have none yet: (message vectors, sentences, postings).
+Derive = Callable[[pa.Table], tuple[pa.Table, pa.Table, pa.Table]]
 _ASKS = re.compile("[?？؟]")  # a turn with a question mark: the next turn is likely its answer
 
 def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
@@ -99,6 +101,15 @@ def _products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
         np.copyto(buf[:r], mat[i : i + r], casting="unsafe")
         np.dot(buf[:r], q, out=out[i : i + r])
     return out
+
+
+def lagged_key(key: tuple[Any, ...], turn_no: np.ndarray) -> tuple[Any, ...]:
+    """A session's ``key`` (``updated_at``, next turn, ...) with the next turn number past its
+    last stored turn (``turn_no``, ascending): on a lake the session's counter is advanced by
+    the commit of the derived rows, after the turn rows' own commit."""
+    if not len(turn_no) or int(key[1]) > int(turn_no[-1]):
+        return key
+    return (key[0], int(turn_no[-1]) + 1, *key[2:])
 
 
 def _in_order(major: np.ndarray, minor: np.ndarray | None = None) -> bool:
@@ -209,18 +220,31 @@ class SessionIndex:
             pins = [t for _, t in sorted(store.q("pin_texts", {"sid": sid}).fetchall())]
         finally:
             sents, post = side.result()  # (also waited for when the reads above fail)
-        return cls.from_tables(key, store.dim, turns, mv, sents, post, notes, pins)
+        return cls.from_tables(key, store.dim, turns, mv, sents, post, notes, pins,
+                               derive=store.derive_missing)
 
     @classmethod
     def from_tables(cls, key: tuple[Any, ...], dim: int, turns: pa.Table, mv: pa.Table,
                     sents: pa.Table, post: pa.Table, notes: dict[int, dict[str, Any]],
-                    pins: list[str]) -> SessionIndex:
-        """The index of one session from its rows of the ``index_*`` queries (in any order)."""
+                    pins: list[str], *, derive: Derive | None = None) -> SessionIndex:
+        """The index of one session from its rows of the ``index_*`` queries (in any order).
+
+        Turns without a message vector are left out, unless ``derive`` (on a lake) gives their
+        derived rows: a message is acknowledged there before its derived rows are committed
+        (see :mod:`cce_duck.backlog`), and a read serves it at once."""
         if not _in_order(turns.column("turn_no").to_numpy()):
             turns = turns.take(np.argsort(turns.column("turn_no").to_numpy(), kind="stable"))
         mv_turn = mv.column("turn_no").to_numpy().astype(np.int64)
         turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
+        key = lagged_key(key, turn_no)
         if len(mv_turn) != len(turn_no) or not np.isin(turn_no, mv_turn).all():
+            if derive is not None:
+                missing = ~np.isin(turn_no, mv_turn) & turns.column("content").is_valid() \
+                    .to_numpy(zero_copy_only=False)
+                mv, sents, post = (pa.concat_tables([old, new.cast(old.schema)])
+                                   for old, new in zip((mv, sents, post), derive(
+                                       turns.filter(pa.array(missing))), strict=True))
+                mv_turn = mv.column("turn_no").to_numpy().astype(np.int64)
             turns = turns.filter(pa.array(np.isin(turn_no, mv_turn)))  # vectorless rows: skip
             turn_no = turns.column("turn_no").to_numpy().astype(np.int64)
         if np.array_equal(mv_turn, turn_no):  # the usual case: same rows, same order

@@ -75,7 +75,8 @@ class IndexCache:
             if idx is not None and idx.key == key and self._generation.get(sid) == generation:
                 self._items.move_to_end(sid)
                 return idx
-        idx = SessionIndex.load(store, sid, key, one_connection=store.connection is not store.con)
+        idx = SessionIndex.load(store, sid, key, one_connection=store.connection is not store.con
+                                or store.lake is not None)
         with self._lock:
             self.loads += 1
             if self._generation.get(sid, -1) <= generation:
@@ -121,7 +122,7 @@ class IndexCache:
         """The indexes of ``sids`` (a user's sessions): those not current are loaded together
         (:func:`load_many`). Raises :class:`~cce_duck.errors.NotFoundError` for a session not
         stored."""
-        with self._lock, store.snapshot():
+        with store.snapshot(), self._lock:  # (a lake's snapshot takes the write lock: first)
             out = {sid: idx for sid in sids if (idx := self.current(store, sid)) is not None}
             todo = [sid for sid in sids if sid not in out]
             if todo:

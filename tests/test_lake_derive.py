@@ -96,6 +96,29 @@ def test_acknowledged_before_the_derived_rows_and_read_at_once(lake: LakeSpec) -
         assert eng.add_message(SID, "user", "One more.") == 5
 
 
+def test_a_users_sessions_are_read_at_once_before_their_derived_rows(lake: LakeSpec) -> None:
+    msgs = topic_messages()[:5]
+    with _engine(lake, derive_after_s=NEVER) as eng:
+        for sid, chunk in (("a1", msgs[:3]), ("a2", msgs[3:])):
+            for m in chunk:
+                eng.add_message(sid, m["role"], m["content"], user_id="u1")
+        assert sum(_counts(eng, s)["underived"] for s in ("a1", "a2")) == 5
+        assert not eng.index.current(eng.store, "a2")  # a cold user: read together
+        hit = eng.user_context("u1", "What is the budget of the ACME project?", max_tokens=300,
+                               explain=True)
+        assert "40000 euros" in hit.to_string()
+        # the indexes read then know the sessions' next turns (the counters lag on a lake)
+        assert eng.index.current(eng.store, "a2").key[1] == 2
+        eng.index.close()  # one session cached, the other read with load_many
+        eng.context("a1", "migration", max_tokens=300)
+        loads = eng.index.bulk_loads
+        assert "40000 euros" in eng.user_context(
+            "u1", "What is the budget of the ACME project?", max_tokens=300).to_string()
+        assert eng.index.bulk_loads == loads + 1
+        eng.notes("a1")
+        assert eng.add_message("a2", "user", "One more.", user_id="u1") == 2
+
+
 def test_the_background_commit_carries_derived_rows_and_notes(lake: LakeSpec) -> None:
     with _engine(lake, derive_after_s=0.0, hot_tier_max_turns=2, live_batch_turns=4) as eng:
         for m in topic_messages():

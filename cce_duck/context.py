@@ -353,7 +353,7 @@ def _user_overview(store: Store, user_id: str | None, req: ContextRequest, budge
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A user's sessions in time order with their summaries and topics (the macro
     ``cce_user_overview`` inside the request's window), as much as fits under ``cap``."""
-    rows = store.con.execute(
+    rows = store.connection.execute(
         "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
         [user_id, req.since, req.until]).to_arrow_table().to_pylist()
     blocks = session_blocks(rows, chats)

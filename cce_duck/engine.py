@@ -517,7 +517,7 @@ class Engine(ManagementMixin):
         self.user_sessions(uid)
         window = Window.parse(since, until, None)
         with self.store.reading():
-            return self.store.con.execute(
+            return self.store.connection.execute(
                 "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
                 [uid, window.since, window.until]).pl()
 

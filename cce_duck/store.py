@@ -537,8 +537,7 @@ class Store:
         """The connection the calling thread reads on: a cursor of its own inside
         :meth:`reading` (unless it holds :attr:`write_lock`), else :attr:`con`."""
         local = self._local
-        if (not getattr(local, "reading", 0) or self.write_lock.held() or self._detached
-                or self.lake is not None):
+        if not getattr(local, "reading", 0) or self.write_lock.held() or self._detached:
             return self.con
         cur: duckdb.DuckDBPyConnection | None = local.cursor
         if cur is None:
@@ -569,11 +568,11 @@ class Store:
         lock, or no other thread writes)."""
         con = self.connection
         local = self._local
-        if self.lake is not None and not self._in_transaction and not getattr(
+        if self.lake is not None and con is self.con and not self._in_transaction and not getattr(
                 local, "snapshot", False):
-            # a lake's reads run on its one connection: under the write lock, in a read
-            # transaction (a commit landing between two reads of an index load would give it
-            # a turn's vectors without its postings)
+            # outside reading() a lake's reads run on its one connection: under the write lock,
+            # in a read transaction (other processes commit meanwhile: a commit landing between
+            # two reads of an index load would give it a turn's vectors without its postings)
             with self.write_lock:
                 con = self.con
                 con.execute("BEGIN TRANSACTION")
@@ -619,13 +618,14 @@ class Store:
         return self._script(self.sql(name), params)
 
     def _script(self, sql: str, params: Sequence[Any] | dict[str, Any] | None) -> Any:
+        con = self.connection
         parts = [p for p in sql.split(";\n") if p.strip()]
         if len(parts) == 1 or not isinstance(params, dict):
-            return self.con.execute(sql, params)
+            return con.execute(sql, params)
         result = None
         for part in parts:
             used = set(_PARAM.findall(part))
-            result = self.con.execute(part, {k: v for k, v in params.items() if k in used})
+            result = con.execute(part, {k: v for k, v in params.items() if k in used})
         return result
 
     def failed(self, exc: BaseException) -> BaseException:

@@ -57,9 +57,7 @@ class Serialized:
     def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn``, one of the engine's reads made safe beside other threads (``context``,
         ``user_context``, ``search``, ``sessions``, ``users``, ``stats``, ``summary``,
-        :func:`~cce_duck.adhoc.read_only_query`), without the write lock. On a lake (one
-        connection to its catalog) reads are serialised with the writes, as :meth:`call`."""
-        if self.engine.store.lake is not None:
-            return self.call(fn, *args, **kwargs)
+        :func:`~cce_duck.adhoc.read_only_query`), without the write lock, on the thread's own
+        cursor (on a lake as on a file: one lake snapshot per read)."""
         with self._readers:
             return fn(*args, **kwargs)

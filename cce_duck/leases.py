@@ -308,6 +308,11 @@ class Leases:
             return {s for s, n in self._held.items() if n}
 
 
+#: The longest a commit waits, once it holds the commit lock, for another connection's write
+#: transaction to end (see :meth:`CommitLock._settle`).
+SETTLE_S = 2.0
+
+
 class CommitLock:
     """One write transaction of the lake at a time, across every process.
 
@@ -327,6 +332,19 @@ class CommitLock:
         #: Seconds spent waiting for other processes' commits.
         self.waited_s = 0.0
 
+    def _settle(self) -> None:
+        """With the lock taken, wait (at most :data:`SETTLE_S`) until no other connection of the
+        catalog is inside a transaction that wrote: the lock's holder may have been killed
+        while its commit was being written, and PostgreSQL frees the lock as soon as the
+        holder's lock connection is gone, which can be before the commit on its catalog
+        connection has landed. A transaction begun before that commit lands would not see it
+        (and would, say, derive a turn's rows a second time). Live processes write to the
+        catalog only holding the lock, so the wait is for a dead holder's last commit (or
+        for DuckLake's own set-up of a process starting)."""
+        deadline = time.monotonic() + SETTLE_S
+        while self.link.run("writers_in_flight")[0][0] and time.monotonic() < deadline:
+            time.sleep(0.005)
+
     @contextmanager
     def held(self) -> Iterator[None]:
         """Hold the lock for the block (raises :class:`StorageError` when the catalog is
@@ -340,9 +358,10 @@ class CommitLock:
                     "another process held the lake's commit lock for more than "
                     f"{self.link.lock_timeout_s:g} s; nothing of this call was stored, "
                     "retry") from None
-            self.waited_s += time.monotonic() - start
             epoch = self.link.epoch
             try:
+                self._settle()
+                self.waited_s += time.monotonic() - start
                 yield
             finally:
                 if self.link.epoch == epoch:

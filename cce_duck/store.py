@@ -537,7 +537,8 @@ class Store:
         """The connection the calling thread reads on: a cursor of its own inside
         :meth:`reading` (unless it holds :attr:`write_lock`), else :attr:`con`."""
         local = self._local
-        if not getattr(local, "reading", 0) or self.write_lock.held() or self._detached:
+        if (not getattr(local, "reading", 0) or self.write_lock.held() or self._detached
+                or self.lake is not None):
             return self.con
         cur: duckdb.DuckDBPyConnection | None = local.cursor
         if cur is None:
@@ -570,7 +571,7 @@ class Store:
         local = self._local
         if self.lake is not None and con is self.con and not self._in_transaction and not getattr(
                 local, "snapshot", False):
-            # outside reading() a lake's reads run on its one connection: under the write lock,
+            # a lake's reads run on its one connection: under the write lock,
             # in a read transaction (other processes commit meanwhile: a commit landing between
             # two reads of an index load would give it a turn's vectors without its postings)
             with self.write_lock:

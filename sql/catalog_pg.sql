@@ -51,6 +51,14 @@ SELECT pg_terminate_backend(%(pid)s) AS ended;
 -- connection's lock_timeout bounds the wait).
 SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NULL AS locked;
 
+-- name: writers_in_flight
+-- Other client connections of the catalog database inside a transaction that wrote something
+-- (a transaction id assigned): a commit of a process killed while it held the commit lock can
+-- still be finishing there after its lock connection, and the lock, are gone.
+SELECT count(*) AS n FROM pg_stat_activity
+WHERE datname = current_database() AND backend_type = 'client backend'
+  AND backend_xid IS NOT NULL AND pid <> pg_backend_pid();
+
 -- name: commit_unlock
 -- Give the commit lock back.
 SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0)) AS released;

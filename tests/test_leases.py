@@ -274,3 +274,35 @@ def test_the_commit_lock_serialises_writers_and_dies_with_its_holder(dsn: str) -
     finally:
         a.link.close()
         b.link.close()
+
+
+def test_the_commit_lock_waits_for_a_write_still_landing_on_another_connection(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holder killed while its commit is being written frees the lock at once, but its commit
+    can still be landing on its catalog connection: the next holder begins only once no other
+    connection is inside a transaction that wrote (at most ``SETTLE_S``)."""
+    import psycopg
+
+    from cce_duck import leases
+
+    lock = CommitLock(CatalogLink(dsn), "t")
+    writer = psycopg.connect(dsn)
+    try:
+        writer.execute("CREATE TEMP TABLE landing (a int)")
+        writer.execute("INSERT INTO landing VALUES (1)")  # a transaction with an id, open
+        threading.Timer(0.4, writer.commit).start()
+        start = time.monotonic()
+        with lock.held():
+            waited = time.monotonic() - start
+        assert waited >= 0.35  # began only after the write ended
+        with lock.held():  # nothing in flight: no wait
+            pass
+        writer.execute("INSERT INTO landing VALUES (2)")  # never ends while the lock is taken
+        monkeypatch.setattr(leases, "SETTLE_S", 0.3)
+        start = time.monotonic()
+        with lock.held():
+            waited = time.monotonic() - start
+        assert 0.25 <= waited < 2.0  # bounded: a stuck connection delays, never blocks
+    finally:
+        writer.close()
+        lock.link.close()

@@ -52,23 +52,7 @@ def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, Sessi
     """The indexes of several sessions (``keys``: session id -> its key) from one scan of each
     table (``sql/user_index.sql``), each one what :meth:`SessionIndex.load` gives: for a
     user's thousand sessions, a few large reads instead of six small ones per session."""
-    params = {"sids": list(keys)}
-    if store.connection is not store.con or store.lake is not None:  # one snapshot
-        side: Any = _Done(_side_tables_many(store.connection, params))
-    else:
-        side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
-    try:
-        turns_t = store.q("many_turns", params, source=USER_SQL).to_arrow_table()
-        mv_t = store.q("many_message_vectors", params, source=USER_SQL).to_arrow_table()
-        notes: dict[str, dict[int, dict[str, Any]]] = {}
-        for r in store.q("many_notes", params, source=USER_SQL).to_arrow_table().to_pylist():
-            notes.setdefault(r.pop("session_id"), {})[r["note_id"]] = r
-        pins: dict[str, list[str]] = {}
-        for sid, _, text in store.q("many_pins", params, source=USER_SQL).fetchall():
-            pins.setdefault(sid, []).append(text)
-    finally:
-        sents_t, post_t = side.result()
-    mv_t, sents_t, post_t = with_derived(store.derive_missing, turns_t, mv_t, sents_t, post_t)
+    turns_t, mv_t, sents_t, post_t, notes, pins = _read_many(store, keys)
     tables = [_by_session(turns_t), _by_session(mv_t), _by_session(sents_t), _by_session(post_t)]
     out = {}
     for sid, key in keys.items():
@@ -76,6 +60,34 @@ def load_many(store: Store, keys: dict[str, tuple[Any, ...]]) -> dict[str, Sessi
         out[sid] = SessionIndex.from_tables(key, store.dim, t, m, se, po, notes.get(sid, {}),
                                             pins.get(sid, []))
     return out
+
+
+def _read_many(store: Store, keys: dict[str, Any]) -> tuple[
+        pa.Table, pa.Table, pa.Table, pa.Table, dict[str, dict[int, dict[str, Any]]],
+        dict[str, list[str]]]:
+    """The rows of the sessions ``keys`` names, one scan per table (``sql/user_index.sql``):
+    turns, message vectors, sentence vectors, postings (with the derived rows of turns that
+    have none yet, on a lake: :func:`with_derived`), note headers and pins by session. The
+    sentences and postings are read on a second connection meanwhile, unless the calling
+    thread reads one snapshot (a reading thread, or a lake)."""
+    params = {"sids": list(keys)}
+    if store.connection is not store.con or store.lake is not None:  # one snapshot
+        side: Any = _Done(_side_tables_many(store.connection, params))
+    else:
+        side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
+    try:
+        turns = store.q("many_turns", params, source=USER_SQL).to_arrow_table()
+        mv = store.q("many_message_vectors", params, source=USER_SQL).to_arrow_table()
+        notes: dict[str, dict[int, dict[str, Any]]] = {}
+        for r in store.q("many_notes", params, source=USER_SQL).to_arrow_table().to_pylist():
+            notes.setdefault(r.pop("session_id"), {})[r["note_id"]] = r
+        pins: dict[str, list[str]] = {}
+        for sid, _, text in store.q("many_pins", params, source=USER_SQL).fetchall():
+            pins.setdefault(sid, []).append(text)
+    finally:
+        sents, post = side.result()
+    mv, sents, post = with_derived(store.derive_missing, turns, mv, sents, post)
+    return turns, mv, sents, post, notes, pins
 
 
 def _side_tables_many(reader: duckdb.DuckDBPyConnection, params: dict[str, Any]
@@ -164,23 +176,7 @@ def load_user(store: Store, keys: dict[str, tuple[Any, ...]], approx: Approx | N
     """The indexes of a user's sessions (``keys``: session id -> its key, in time order) and
     their joined index (``None``: no turn at all), read together and laid out once (see the
     module docstring); with the first stage when ``approx`` says so."""
-    params = {"sids": list(keys)}
-    if store.connection is not store.con or store.lake is not None:  # one snapshot
-        side: Any = _Done(_side_tables_many(store.connection, params))
-    else:
-        side = _SIDE_READS.submit(_side_tables_many, store.reader(), params)
-    try:
-        turns = store.q("many_turns", params, source=USER_SQL).to_arrow_table()
-        mv = store.q("many_message_vectors", params, source=USER_SQL).to_arrow_table()
-        notes: dict[str, dict[int, dict[str, Any]]] = {}
-        for r in store.q("many_notes", params, source=USER_SQL).to_arrow_table().to_pylist():
-            notes.setdefault(r.pop("session_id"), {})[r["note_id"]] = r
-        pins: dict[str, list[str]] = {}
-        for sid, _, text in store.q("many_pins", params, source=USER_SQL).fetchall():
-            pins.setdefault(sid, []).append(text)
-    finally:
-        sents, post = side.result()
-    mv, sents, post = with_derived(store.derive_missing, turns, mv, sents, post)
+    turns, mv, sents, post, notes, pins = _read_many(store, keys)
     dim = store.dim
     # turns in (session, turn) order, those with a message vector (as a session's load)
     t_key = _codes_of(turns, keys) * _SHIFT + turns.column("turn_no").to_numpy().astype(np.int64)

@@ -110,14 +110,15 @@ class Engine(ManagementMixin):
         self.close()
 
     def _foreign(self, changes: Changes) -> None:
-        """Other processes committed ``changes``: drop what is cached of those sessions."""
-        before = self.store.generation
-        self.store.generation += 1
+        """Other processes committed ``changes``: drop what is cached of those sessions. (Run
+        under the coordinator's lock, by a write or by a read: it must not wait for the write
+        lock, which a write holds while it waits for the coordinator's.)"""
+        before, after = self.store.bump_generation()
         if changes.everything:
             self.writer.forget_sessions(None)
         else:
             self.writer.forget_sessions(changes.sessions)
-            self.index.advance(before, self.store.generation, changes.sessions)
+            self.index.advance(before, after, changes.sessions)
 
     def close(self) -> None:
         """Store what is journaled, checkpoint and close the file."""
@@ -646,7 +647,7 @@ class Engine(ManagementMixin):
         try:
             return self.store.con.execute(query, params).pl()
         finally:
-            self.store.generation += 1  # the statement may have written: cached indexes are stale
+            self.store.bump_generation()  # the statement may have written: cached indexes are stale
 
 
 class Session:

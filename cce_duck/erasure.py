@@ -215,7 +215,7 @@ def scrub(store: Store) -> None:
         target = store.lake
         if not target.shared:  # the local catalog file too (its statistics held the text)
             store.reconnect(lambda: rewrite_catalog(target))
-        store.generation += 1
+        store.bump_generation()
         return
     if store.data_dir is None or store.read_only:
         return

@@ -92,5 +92,5 @@ def copy_store(src: Store, dst: Store) -> dict[str, int]:
         for name, value in _counters(src).items():
             dst.con.execute(statement("advance_sequence", literals={"name": name}),
                             [max(value - 1, 0)]).fetchall()
-    dst.generation += 1
+    dst.bump_generation()
     return counts

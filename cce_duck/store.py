@@ -102,6 +102,17 @@ class WriteLock:
         self._mine.depth -= 1
         self._lock.release()
 
+    def try_enter(self) -> bool:
+        """Take the lock if no other thread holds it (then :meth:`release` gives it back)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        self._mine.depth = getattr(self._mine, "depth", 0) + 1
+        return True
+
+    def release(self) -> None:
+        """Give back the lock :meth:`try_enter` took."""
+        self.__exit__()
+
     def held(self) -> bool:
         """Whether the calling thread holds the lock."""
         return bool(getattr(self._mine, "depth", 0))
@@ -196,8 +207,10 @@ class Store:
         self.journal_codec: JournalCodec = PLAIN_JOURNAL
         self._passphrase = None if encryption_key is None else check_passphrase(encryption_key)
         self._made_marker = False
-        #: Moves on every committed write transaction (in-process caches check it).
+        #: Moves on every committed write transaction (in-process caches check it; see
+        #: :meth:`bump_generation`).
         self.generation = 0
+        self._generation_lock = threading.Lock()
         #: The storage failure the connection met, until :meth:`recover` reopens it.
         self.failure: StorageError | None = None
         #: Times :meth:`recover` reopened the database (holders of state derived from the
@@ -537,8 +550,7 @@ class Store:
         """The connection the calling thread reads on: a cursor of its own inside
         :meth:`reading` (unless it holds :attr:`write_lock`), else :attr:`con`."""
         local = self._local
-        if (not getattr(local, "reading", 0) or self.write_lock.held() or self._detached
-                or self.lake is not None):
+        if not getattr(local, "reading", 0) or self.write_lock.held() or self._detached:
             return self.con
         cur: duckdb.DuckDBPyConnection | None = local.cursor
         if cur is None:
@@ -571,7 +583,7 @@ class Store:
         local = self._local
         if self.lake is not None and con is self.con and not self._in_transaction and not getattr(
                 local, "snapshot", False):
-            # a lake's reads run on its one connection: under the write lock,
+            # outside reading() a lake's reads run on its one connection: under the write lock,
             # in a read transaction (other processes commit meanwhile: a commit landing between
             # two reads of an index load would give it a turn's vectors without its postings)
             with self.write_lock:
@@ -687,7 +699,7 @@ class Store:
             raise err from exc
         self._detached = False
         self.failure = None
-        self.generation += 1  # cached indexes belonged to the old connection
+        self.bump_generation()  # cached indexes belonged to the old connection
         self.recoveries += 1
 
     def frame(self, sql_or_name: str, params: Sequence[Any] | dict[str, Any] | None = None
@@ -737,7 +749,15 @@ class Store:
             self._local.transaction = False
         self._run("COMMIT")
         if sessions:
-            self.generation += 1
+            self.bump_generation()
+
+    def bump_generation(self) -> tuple[int, int]:
+        """The stored sessions changed: the generation before and after. (A reader handing on
+        what other processes changed on a lake bumps it without the write lock.)"""
+        with self._generation_lock:
+            before = self.generation
+            self.generation = before + 1
+            return before, before + 1
 
     def _run(self, sql: str) -> None:
         try:

@@ -85,6 +85,11 @@ class Writer:
         #: client ids of buffered messages: (session, id) -> (turn, role, content hash)
         self._ids: dict[tuple[str, str], tuple[int, str, int]] = {}
         self._lock = store.write_lock  # adding and flushing, one thread at a time
+        #: sessions other processes changed, noted by a reader (see forget_sessions)
+        self._foreign: set[str] = set()
+        self._foreign_all = False
+        self._foreign_due = False
+        self._foreign_lock = threading.Lock()
         self.journal: Journal | None = None
         self._recoveries = store.recoveries
         self._retry_at = 0.0
@@ -150,6 +155,8 @@ class Writer:
 
     def next_turn(self, session_id: str) -> int:
         """The number the session's next turn will get."""
+        if self._foreign_due:
+            self._forget_foreign()
         if session_id not in self._next:
             row = self.store.q("session_row", {"sid": session_id}).fetchone()
             self._next[session_id] = int(row[2]) if row else 0
@@ -166,11 +173,33 @@ class Writer:
         return self._next[session_id]
 
     def forget_sessions(self, session_ids: set[str] | None) -> None:
-        """Drop what is cached of sessions another process changed (``None``: of all)."""
-        with self._lock:
-            for sid in list(self._next) if session_ids is None else session_ids:
-                self.reopen(sid)
-                self.forget_stats(sid)
+        """Drop what is cached of sessions another process changed (``None``: of all).
+
+        Called under the coordinator's lock, by a write or by a read (see
+        :meth:`cce_duck.engine.Engine._foreign`), so it never waits for the write lock: the
+        caches change only under it, and when another thread holds it the sessions are noted
+        and dropped by the next :meth:`next_turn` or :meth:`_term_df` (where every use of the
+        caches starts, under the write lock)."""
+        with self._foreign_lock:
+            if session_ids is None:
+                self._foreign_all = True
+            else:
+                self._foreign.update(session_ids)
+            self._foreign_due = True
+        if self._lock.try_enter():
+            try:
+                self._forget_foreign()
+            finally:
+                self._lock.release()
+
+    def _forget_foreign(self) -> None:
+        """Drop what :meth:`forget_sessions` noted (the caller holds the write lock)."""
+        with self._foreign_lock:
+            everything, sessions = self._foreign_all, self._foreign
+            self._foreign_all, self._foreign, self._foreign_due = False, set(), False
+        for sid in list(self._next) + list(self._df) if everything else sessions:
+            self.reopen(sid)
+            self.forget_stats(sid)
 
     def reopen(self, session_id: str) -> None:
         """Forget the cached 'closed' state of a session (after the tables changed)."""
@@ -743,6 +772,8 @@ class Writer:
 
     def _term_df(self, sid: str) -> tuple[Counter[str], int]:
         """Document frequencies of a session's terms, kept in memory once loaded."""
+        if self._foreign_due:
+            self._forget_foreign()
         if sid not in self._df:
             rows = self.store.q("session_df", {"sid": sid}).fetchall()
             docs = self.store.q("session_docs", {"sid": sid}).fetchone()

@@ -229,11 +229,44 @@ def test_threads_on_one_engine_read_in_parallel_and_write_in_order(
 
         _go(run, [writer(s) for s in written] + [reader(k) for k in range(4)])
         stored = _stored(eng.sql(STORED_SQL).rows())
-        if where is None:  # (on a lake a server's reads are serialised with its writes)
-            assert len(eng.store._cursors) >= 2  # (reads ran at once, each on a cursor)
+        assert len(eng.store._cursors) >= 2  # (reads ran at once, each on a cursor)
     finally:
         eng.close()
     _check(run, written, stored, tmp_path, lake=where is not None)
+
+
+@pytest.mark.lake
+def test_a_read_takes_in_other_processes_commits_while_a_write_holds_the_lock(
+        tmp_path: Path) -> None:
+    """Two engines on one lake with a PostgreSQL catalog (two processes' worth). While a write
+    of the first holds its write lock, a read of the first finds the second's commit in the
+    change feed: it answers without waiting for the lock (it once waited, holding the
+    coordinator's lock the write then asked for: a server stopped answering), and the write
+    that follows numbers its turn after the second's."""
+    with make_lake("postgres", tmp_path) as spec:
+        a, b = (Engine(Config(data_dir=None, embedder="hash", **spec.config()))
+                for _ in range(2))
+        try:
+            a.add_message("s", "user", "the first words about tomatoes")
+            assert "tomatoes" in json.dumps(a.context("s", "tomatoes").to_dict())  # cached in a
+            assert b.add_message("s", "user", "the second words about a tram in Lisbon") == 1
+            answered: list[str] = []
+            with a.store.write_lock:  # a write of a under way
+                reader = threading.Thread(target=lambda: answered.append(
+                    json.dumps(a.context("s", "the tram in Lisbon").to_dict())))
+                reader.start()
+                reader.join(30)
+                assert not reader.is_alive(), "the read waited for the write lock"
+                assert "tram in Lisbon" in answered[0]  # b's turn, through the change feed
+                turn = a.add_message("s", "user", "the third words, about compost")
+            assert turn == 2  # after b's turn, which the read (not the write) found
+            rows = a.sql("SELECT turn_no, content FROM turns WHERE session_id = 's' "
+                         "ORDER BY turn_no").rows()
+            assert [r[0] for r in rows] == [0, 1, 2]
+            assert "compost" in rows[2][1]
+        finally:
+            a.close()
+            b.close()
 
 
 @pytest.mark.processes

@@ -58,10 +58,6 @@ class Serialized:
         """Run ``fn``, one of the engine's reads made safe beside other threads (``context``,
         ``user_context``, ``search``, ``sessions``, ``users``, ``stats``, ``summary``,
         :func:`~cce_duck.adhoc.read_only_query`), without the write lock, on the thread's own
-        cursor. On a lake reads are serialised with the writes, as :meth:`call` (reads on
-        cursors of their own there made a server stop answering in the 20-kill test: not
-        understood yet, see docs/concurrency.md)."""
-        if self.engine.store.lake is not None:
-            return self.call(fn, *args, **kwargs)
+        cursor (on a lake as on a file: one lake snapshot per read)."""
         with self._readers:
             return fn(*args, **kwargs)

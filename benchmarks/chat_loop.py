@@ -13,14 +13,18 @@ each durability setting (``fsync``, the default, and ``os``).
 
 The same steps also go through the adapters, interleaved with the library's (the order rotates
 every step): a real ``cce serve rest`` process (``POST .../messages`` then ``POST .../context``
-over one keep-alive ``httpx`` connection) and a real ``cce serve mcp`` process (``cce_ingest_turn``
-then ``cce_retrieve_context`` with the official stdio client), each on its own copy of the
-prepared folder. Reported per adapter: step p50/p95 and the difference from the library's (target:
-REST <= library + 5 ms). See ``docs/chat-loop.md``.
+over one keep-alive connection of the standard library's ``http.client``), a second one asked
+the same through ``httpx`` (the client's own cost, reported beside: ``rest_httpx``), and a real
+``cce serve mcp`` process (``cce_ingest_turn`` then ``cce_retrieve_context`` with the official
+stdio client), each on its own copy of the prepared folder. Reported per adapter: step p50/p95
+and the difference from the library's (target: REST <= library + 5 ms, with the standard
+library's client). See ``docs/chat-loop.md``.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import shutil
 import sys
@@ -73,16 +77,49 @@ def _prepare(msgs: list[dict[str, Any]], root: Path, embedder: str, durability: 
     return folder
 
 
+def _bodies(m: dict[str, Any], q: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON bodies of one step's two requests."""
+    return ({"messages": [{k: m[k] for k in ("role", "content", "timestamp", "name")}]},
+            {"query": q, "max_tokens": MAX_TOKENS})
+
+
 @contextmanager
 def _rest(folder: Path, embedder: str, durability: str) -> Iterator[Step]:
-    """A real ``cce serve rest`` process on ``folder`` and a keep-alive client: one step."""
-    with rest_server(None, folder, embedder=embedder, durability=durability) as base, \
-            httpx.Client(base_url=base, timeout=120) as http:
+    """A real ``cce serve rest`` process on ``folder`` and a keep-alive client of the standard
+    library (``http.client``): one step."""
+    with rest_server(None, folder, embedder=embedder, durability=durability) as base:
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        con = http.client.HTTPConnection(host, int(port), timeout=120)
+        headers = {"Content-Type": "application/json"}
+
+        def post(path: str, body: dict[str, Any]) -> Any:
+            con.request("POST", path, json.dumps(body), headers)
+            r = con.getresponse()
+            data = r.read()
+            if r.status != 200:
+                raise RuntimeError(f"{path}: {r.status} {data[:300]!r}")
+            return json.loads(data)
+
         def step(m: dict[str, Any], q: str) -> int:
-            http.post(f"/v1/sessions/{CONVERSATION}/messages", json={"messages": [
-                {k: m[k] for k in ("role", "content", "timestamp", "name")}]}).raise_for_status()
-            r = http.post(f"/v1/sessions/{CONVERSATION}/context",
-                          json={"query": q, "max_tokens": MAX_TOKENS})
+            add, ask = _bodies(m, q)
+            post(f"/v1/sessions/{CONVERSATION}/messages", add)
+            return int(post(f"/v1/sessions/{CONVERSATION}/context", ask)["tokens"])
+
+        try:
+            yield step
+        finally:
+            con.close()
+
+
+@contextmanager
+def _rest_httpx(folder: Path, embedder: str, durability: str) -> Iterator[Step]:
+    """The same through ``httpx`` (keep-alive): what that client adds to each step."""
+    with rest_server(None, folder, embedder=embedder, durability=durability) as base, \
+            httpx.Client(base_url=base, timeout=120) as client:
+        def step(m: dict[str, Any], q: str) -> int:
+            add, ask = _bodies(m, q)
+            client.post(f"/v1/sessions/{CONVERSATION}/messages", json=add).raise_for_status()
+            r = client.post(f"/v1/sessions/{CONVERSATION}/context", json=ask)
             r.raise_for_status()
             return int(r.json()["tokens"])
 
@@ -122,7 +159,7 @@ def chat_loop(data: Path, embedder: str, durability: str = "fsync",
     root = Path(tempfile.mkdtemp(prefix="cce_loop_"))
     out: dict[str, Any] = {"embedder": embedder, "durability": durability,
                            "load_avg_1m_start": os.getloadavg()[0]}
-    names = ["library", *(("rest", "mcp") if adapters else ())]
+    names = ["library", *(("rest", "rest_httpx", "mcp") if adapters else ())]
     try:
         prepared = _prepare(msgs, root, embedder, durability)
         for name in names:
@@ -140,6 +177,8 @@ def chat_loop(data: Path, embedder: str, durability: str = "fsync",
             if adapters:
                 steps["rest"] = stack.enter_context(_rest(root / "rest" / "data", embedder,
                                                           durability))
+                steps["rest_httpx"] = stack.enter_context(_rest_httpx(
+                    root / "rest_httpx" / "data", embedder, durability))
                 steps["mcp"] = stack.enter_context(_mcp(root / "mcp" / "data", embedder,
                                                         durability))
             times: dict[str, list[float]] = {n: [] for n in names}

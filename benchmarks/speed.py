@@ -775,14 +775,16 @@ def run_chat_loop(console: Console, data: Path, embedders: list[str], out: Path 
                         f"{chat_loop.START + chat_loop.WARMUP + chat_loop.STEPS - 1})")
     for col in ("embedder", "durability", "step p50 ms", "step p95 ms", "floor p50 ms",
                 "p50/floor", "p95/floor", "REST p50/p95 ms", "+REST p50/p95",
-                "MCP p50/p95 ms", "+MCP p50/p95", "load"):
+                "+REST httpx p50/p95", "MCP p50/p95 ms", "+MCP p50/p95", "load"):
         table.add_column(col, justify="right")
     for f in results:
         table.add_row(f["embedder"], f["durability"], f"{f['step_p50_ms']:.2f}",
                       f"{f['step_p95_ms']:.2f}", f"{f['floor_p50_ms']:.2f}",
                       f"{f['step_p50_vs_floor']:.1f}", f"{f['step_p95_vs_floor']:.1f}",
                       *(f"{f[f'{a}_{x}p50_ms']:.2f} / {f[f'{a}_{x}p95_ms']:.2f}"
-                        for a in ("rest", "mcp") for x in ("", "overhead_")),
+                        for a, x in (("rest", ""), ("rest", "overhead_"),
+                                     ("rest_httpx", "overhead_"), ("mcp", ""),
+                                     ("mcp", "overhead_"))),
                       f"{f['load_avg_1m_start']:.1f}-{f['load_avg_1m_end']:.1f}")
     console.print(table)
     for c in checks:

@@ -36,7 +36,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import chat_loop
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -766,6 +765,9 @@ def run_users(data: Path, embedder: str, steps: Steps, questions: list[str],
 
 def run_chat_loop(console: Console, data: Path, embedders: list[str], out: Path | None) -> int:
     """``--chat-loop``: the figures of :mod:`chat_loop` for each embedder and durability."""
+    # (imported here: its clients, httpx and the MCP client's packages, are ~36 MB of RSS that
+    # the memory children, which run this file too, must not count as the engine's)
+    import chat_loop
     started = time.perf_counter()
     results = [chat_loop.chat_loop(data, emb, durability)
                for emb in embedders for durability in ("fsync", "os")]

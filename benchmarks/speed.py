@@ -154,8 +154,11 @@ def fresh_folder() -> Iterator[Path]:
 
 
 def count(eng: cce_duck.Engine, table: str) -> int:
-    """Rows of a store table (``turns``, ``notes``)."""
-    return int(eng.sql(f"SELECT count(*) AS n FROM main.{table}")["n"][0])
+    """Rows of a store table (``turns``, ``notes``), read without a Polars frame (the memory
+    children count as the engine's only what adding messages and building contexts load)."""
+    with eng.store.write_lock:
+        row = eng.store.con.execute(f"SELECT count(*) FROM main.{table}").fetchone()
+    return int(row[0]) if row else 0
 
 
 class Steps:
@@ -455,13 +458,15 @@ def memory_child(data: Path, embedder: str, notes_target: int, per_session: int)
         for j, q in enumerate(WARM_QUERIES * 4):
             eng.context(f"mem-{j % i:04d}", q, max_tokens=1000)
         after_queries = proc_kb("VmRSS")
-        duck = eng.sql("SELECT coalesce(sum(memory_usage_bytes), 0) AS b FROM duckdb_memory()")
+        with eng.store.write_lock:
+            duck = eng.store.con.execute(
+                "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchone()
         result = {
             "mem_notes": notes, "mem_messages": messages, "mem_setup_s": setup,
             "rss_before_mb": before / 1024, "rss_after_mb": after / 1024,
             "rss_after_queries_mb": after_queries / 1024,
             "rss_mb_per_10k_notes": (max(after, after_queries) - before) / 1024 * 1e4 / notes,
-            "duckdb_buffer_mb": float(duck["b"][0]) / 2**20,
+            "duckdb_buffer_mb": float(duck[0] if duck else 0) / 2**20,
             "db_file_mb_at_10k_notes": (folder / DB_FILE).stat().st_size / 1e6,
         }
         eng.close()

@@ -3,14 +3,15 @@ table listings of ``cce sql``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from cce_duck import sandbox
 from cce_duck.engine import Engine
 from cce_duck.errors import ValidationError
 from cce_duck.sqlfiles import CURRENT_MACROS, macro
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["MAX_SQL_CHARS", "macro_listing", "read_only_query", "table_listing"]
 
@@ -46,6 +47,8 @@ def macro_listing() -> pl.DataFrame:
     for alias, target in sorted(CURRENT_MACROS.items()):
         m = macro(target)
         rows.append({"name": alias, "version": target, "params": m.params, "header": m.header})
+    import polars as pl
+
     return pl.DataFrame(rows, schema={"name": pl.Utf8, "version": pl.Utf8, "params": pl.Utf8,
                                       "header": pl.Utf8})
 

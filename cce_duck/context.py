@@ -10,10 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
 
 from cce_duck import ranking
 from cce_duck.config import Config
@@ -37,8 +36,12 @@ from cce_duck.text import cached_terms, estimate_tokens, outside_spans, query_te
 from cce_duck.topics import clip
 from cce_duck.window import Window
 
-__all__ = ["SEARCH_SCHEMA", "USER_SEARCH_SCHEMA", "ContextRequest", "build_context",
-           "build_user_context", "is_overview_question", "rerank", "retrieve", "retrieve_user"]
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["SEARCH_COLUMNS", "USER_SEARCH_COLUMNS", "ContextRequest", "build_context",
+           "build_user_context", "is_overview_question", "rerank", "retrieve", "retrieve_user",
+           "search_schema", "user_search_schema"]
 
 _OVERVIEW = re.compile(
     r"\b(what (did|have|were) we (talk|talking|discuss|discussing|chat|chatting|cover)"
@@ -374,17 +377,26 @@ def _user_overview(store: Store, user_id: str | None, req: ContextRequest, budge
     return chosen, dropped
 
 
-SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
-    "turn_no": pl.Int32, "note_id": pl.Int64, "role": pl.String, "speaker": pl.String,
-    "ts": pl.Datetime("us"), "dense": pl.Float64, "best_sentence": pl.Int64, "bm25": pl.Float64,
-    "recency": pl.Float64, "fused": pl.Float64, "rank": pl.Int64, "content": pl.String,
-}
+#: Columns of a search's hits, in order (:func:`search_schema` gives their Polars types).
+SEARCH_COLUMNS = ("turn_no", "note_id", "role", "speaker", "ts", "dense", "best_sentence", "bm25",
+                  "recency", "fused", "rank", "content")
+
+
+@lru_cache(maxsize=1)
+def search_schema() -> dict[str, pl.DataType | type[pl.DataType]]:
+    """The Polars schema of a search's hits (Polars is imported here, not with the module: a
+    process that only adds messages and builds contexts never loads it, ~30 MB)."""
+    import polars as pl
+
+    types = (pl.Int32, pl.Int64, pl.String, pl.String, pl.Datetime("us"), pl.Float64, pl.Int64,
+             pl.Float64, pl.Float64, pl.Float64, pl.Int64, pl.String)
+    return dict(zip(SEARCH_COLUMNS, types, strict=True))
 
 
 def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
              cache: IndexCache | None = None, window: Window | None = None
              ) -> list[dict[str, Any]]:
-    """Search hits with their text, best first (columns of :data:`SEARCH_SCHEMA`), inside the
+    """Search hits with their text, best first (:data:`SEARCH_COLUMNS`), inside the
     optional time/turn ``window``."""
     window = window or Window()
     index = _index(store, sid, cache)
@@ -394,27 +406,34 @@ def retrieve(store: Store, config: Config, sid: str, query: str, *, k: int,
                           rrf_k=config.rrf_k)
     if not hits:
         return []
-    return [{**{c: h.get(c) for c in SEARCH_SCHEMA}, "content": index.content[h["row"]]}
+    return [{**{c: h.get(c) for c in SEARCH_COLUMNS}, "content": index.content[h["row"]]}
             for h in hits]
 
 
-#: Columns of a search across a user's sessions: the session, :data:`SEARCH_SCHEMA`, and the
+#: Columns of a search across a user's sessions: the session, :data:`SEARCH_COLUMNS`, and the
 #: conversation ``score`` the hits are ordered by.
-USER_SEARCH_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
-    "session_id": pl.String, **SEARCH_SCHEMA, "score": pl.Float64}
+USER_SEARCH_COLUMNS = ("session_id", *SEARCH_COLUMNS, "score")
+
+
+@lru_cache(maxsize=1)
+def user_search_schema() -> dict[str, pl.DataType | type[pl.DataType]]:
+    """The Polars schema of :data:`USER_SEARCH_COLUMNS`."""
+    import polars as pl
+
+    return {"session_id": pl.String, **search_schema(), "score": pl.Float64}
 
 
 def retrieve_user(store: Store, config: Config, sessions: list[str], query: str, *, k: int,
                   cache: IndexCache | None = None) -> list[dict[str, Any]]:
     """Hits across ``sessions`` (a user's, in time order) with their text, best first: the
     ranking a user context is built from (:func:`cce_duck.joined.retrieve_across`), the columns
-    of :data:`USER_SEARCH_SCHEMA`."""
+    of :data:`USER_SEARCH_COLUMNS`."""
     parts, joined = _user_parts(store, sessions, cache)
     hits = retrieve_across(parts, store.embedder.embed([query], "query")[0], query, k=k,
                            recency_weight=config.recency_weight, rrf_k=config.rrf_k,
                            joined=joined)
     indexes = dict(parts)
-    return [{**{c: h.get(c) for c in USER_SEARCH_SCHEMA},
+    return [{**{c: h.get(c) for c in USER_SEARCH_COLUMNS},
              "content": indexes[h["session_id"]].content[h["row"]]} for h in hits]
 
 

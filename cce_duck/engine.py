@@ -8,9 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
-
-import polars as pl
+from typing import IO, TYPE_CHECKING, Any
 
 from cce_duck import clock, deletion, erasure, export, pins
 from cce_duck.allocator import tune_allocator
@@ -18,14 +16,14 @@ from cce_duck.changefeed import Changes
 from cce_duck.coarse import Approx
 from cce_duck.config import Config
 from cce_duck.context import (
-    SEARCH_SCHEMA,
-    USER_SEARCH_SCHEMA,
     ContextRequest,
     build_context,
     build_user_context,
     is_overview_question,
     retrieve,
     retrieve_user,
+    search_schema,
+    user_search_schema,
 )
 from cce_duck.coordinator import Coordinator
 from cce_duck.errors import ConflictError, NotFoundError, StorageError, ValidationError
@@ -50,6 +48,9 @@ from cce_duck.text import estimate_tokens
 from cce_duck.topics import macro_summary
 from cce_duck.window import Window
 from cce_duck.writer import Writer
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["Engine", "Session"]
 
@@ -534,8 +535,7 @@ class Engine(ManagementMixin):
         query = query.encode("utf-8", "replace").decode("utf-8")
         with self.store.reading():
             hits = retrieve_user(self.store, self.config, sessions, query, k=k, cache=self.index)
-        return pl.DataFrame(hits, schema=USER_SEARCH_SCHEMA, orient="row") if hits else \
-            pl.DataFrame(schema=USER_SEARCH_SCHEMA)
+        return _hits_frame(hits, user_search_schema())
 
     @property
     def items(self) -> ItemStore:
@@ -561,12 +561,13 @@ class Engine(ManagementMixin):
         with self.store.reading():
             hits = retrieve(self.store, self.config, sid, query, k=k, cache=self.index,
                             window=window)
-        return pl.DataFrame(hits, schema=SEARCH_SCHEMA, orient="row") if hits else pl.DataFrame(
-            schema=SEARCH_SCHEMA)
+        return _hits_frame(hits, search_schema())
 
     def sessions(self, user_id: str | None = None) -> pl.DataFrame:
         """Every session with its turn and note counts; with ``user_id`` only the user's, in
         time order (:meth:`user_sessions`; an unknown user raises :class:`NotFoundError`)."""
+        import polars as pl  # (not with the module: see cce_duck.context.search_schema)
+
         order = None if user_id is None else pl.DataFrame(
             {"session_id": self.user_sessions(user_id)})
         self._store_pending()
@@ -629,7 +630,7 @@ class Engine(ManagementMixin):
                                                [self.config.hot_tier_max_turns]).pl()
         if session_id is not None:
             sid = self._existing(session_id)
-            df = df.filter(pl.col("session_id") == sid)
+            df = df.filter(df["session_id"] == sid)
         return df
 
     def summary(self, session_id: str) -> str | None:
@@ -682,3 +683,10 @@ class Session:
     def close(self) -> str:
         """See :meth:`Engine.close_session`."""
         return self.engine.close_session(self.id)
+
+
+def _hits_frame(hits: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
+    """Search hits as a frame of ``schema`` (empty when there are none)."""
+    import polars as pl
+
+    return pl.DataFrame(hits, schema=schema, orient="row") if hits else pl.DataFrame(schema=schema)

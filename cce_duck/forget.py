@@ -8,15 +8,16 @@ half-way (see :mod:`cce_duck.erasure`). Turn numbers never go back.
 
 from __future__ import annotations
 
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from cce_duck.corrections import note_or_404
 from cce_duck.erasure import Erasure, erase
 from cce_duck.errors import ValidationError
 from cce_duck.pins import valid_id
 from cce_duck.store import Store
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["forget", "plan", "turn_range"]
 
@@ -63,6 +64,8 @@ def forget(store: Store, sid: str, note_id: object = None, turns: object = None,
            dry_run: bool = False) -> dict[str, int]:
     """Delete what the plan lists from every table and file; returns counts per kind (with
     ``dry_run``, what would be deleted, deleting nothing)."""
+    import polars as pl  # (not with the module: see cce_duck.context.search_schema)
+
     df = plan(store, sid, note_id, turns)
     counts = {key: 0 for key in _COUNT_KEYS.values()}
     for kind, rows in df.group_by("kind").agg(pl.col("rows").sum()).iter_rows():

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
 import pyarrow as pa
 
 from cce_duck import corrections, deletion, erasure, export, forget, pins, warm
@@ -20,6 +19,8 @@ from cce_duck.payload import ContextPayload
 from cce_duck.rows import registered
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from cce_duck.config import Config
     from cce_duck.index_cache import IndexCache
     from cce_duck.store import Store

@@ -3,13 +3,16 @@ the budget; the context builder places them)."""
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
 
 from cce_duck.clock import now
 from cce_duck.derived import touch
 from cce_duck.errors import NotFoundError, ValidationError
 from cce_duck.messages import MAX_CONTENT_CHARS
 from cce_duck.store import Store
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["add_pin", "list_pins", "remove_pin", "update_pin", "user_owner", "valid_id",
            "valid_text"]

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 
 from cce_duck.errors import ValidationError
 from cce_duck.sqlfiles import statement
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "REFUSED_FUNCTIONS",

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 
 from cce_duck import clock, dbfile, folder, lake, migrations, sandbox
@@ -52,6 +51,9 @@ from cce_duck.sqlfiles import (
     statement,
 )
 from cce_duck.version import __version__
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["DB_FILE", "Gate", "Store", "WriteLock"]
 

@@ -7,9 +7,14 @@ from __future__ import annotations
 import ast
 import graphlib
 import importlib.util
+import subprocess
+import sys
+import textwrap
 from functools import cache
+from pathlib import Path
 
 import grimp
+import pytest
 
 ROOT = "cce_duck"
 
@@ -114,3 +119,26 @@ def test_graph_covers_the_package() -> None:
     # an import inside a function counts in the full graph only
     assert "cce_duck.llm.backends" in edges(module_level_only=False)["cce_duck.llm.tokens"]
     assert "cce_duck.llm.backends" not in edges(module_level_only=True)["cce_duck.llm.tokens"]
+
+
+@pytest.mark.processes
+def test_adding_messages_and_building_contexts_loads_no_polars(tmp_path: Path) -> None:
+    """Polars (~30 MB of memory) is loaded by the calls that return frames, not by importing
+    the package, adding messages or building contexts: the chat loop of an embedded assistant
+    runs without it. A frame-returning call then loads it (so the check can fail)."""
+    script = textwrap.dedent("""
+        import sys
+        import cce_duck
+        loaded = ["polars" in sys.modules]
+        with cce_duck.Engine(data_dir=sys.argv[1], embedder="hash") as eng:
+            for i in range(40):
+                eng.add_message("s", "user", f"message {i} about tomatoes and the compost heap")
+                eng.context("s", "what about the tomatoes?", max_tokens=200)
+            loaded.append("polars" in sys.modules)
+            eng.search("s", "tomatoes")
+            loaded.append("polars" in sys.modules)
+        print(loaded)
+    """)
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data")],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[False, False, True]", out

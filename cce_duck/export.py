@@ -21,7 +21,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from cce_duck.config import Config
 from cce_duck.derived import derive_turns, write_notes
@@ -103,6 +102,14 @@ def _write_json(out: Path, doc: dict[str, Any]) -> Path:
     return out
 
 
+def _parquet() -> Any:
+    """``pyarrow.parquet``, imported by the first export or import that needs it (~9 MB of
+    memory a process that only adds messages and builds contexts does not carry)."""
+    import pyarrow.parquet as pq
+
+    return pq
+
+
 def export_session(store: Store, sid: str, path: str | os.PathLike[str], fmt: str) -> Path:
     """Write a session to ``path`` (a JSON file, or a folder for Parquet); returns the path."""
     out = _checked_target(path, fmt)
@@ -110,7 +117,7 @@ def export_session(store: Store, sid: str, path: str | os.PathLike[str], fmt: st
         return _write_json(out, session_document(store, sid))
     out.mkdir(parents=True, exist_ok=True)
     for table in PARQUET_TABLES:
-        pq.write_table(store.q(f"export_{table}", {"sid": sid}).to_arrow_table(),
+        _parquet().write_table(store.q(f"export_{table}", {"sid": sid}).to_arrow_table(),
                        out / f"{table}.parquet")
     manifest = {"format": FORMAT, "version": VERSION, "embedder": store.embedder.name,
                 "dim": store.dim, "session_id": sid, "tables": list(PARQUET_TABLES)}
@@ -148,7 +155,7 @@ def export_user(store: Store, user_id: str, sessions: list[str], path: str | os.
     if items:
         out.mkdir(parents=True, exist_ok=True)
         rows = [{**i, "value": json.dumps(i["value"], ensure_ascii=False)} for i in items]
-        pq.write_table(pa.Table.from_pylist(rows), out / USER_ITEMS_FILE)
+        _parquet().write_table(pa.Table.from_pylist(rows), out / USER_ITEMS_FILE)
     return out
 
 
@@ -300,7 +307,7 @@ def _with_session(table: pa.Table, sid: str) -> pa.Table:
 def _import_parquet(store: Store, src: Path, session_id: str | None) -> str:
     try:
         manifest = _header(json.loads((src / MANIFEST).read_text(encoding="utf-8")), src)
-        tables = {t: pq.read_table(src / f"{t}.parquet") for t in PARQUET_TABLES}
+        tables = {t: _parquet().read_table(src / f"{t}.parquet") for t in PARQUET_TABLES}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, pa.ArrowException) as exc:
         raise ValidationError(f"{src} is not a readable Parquet export: {exc}") from None
     if manifest.get("embedder") != store.embedder.name or manifest.get("dim") != store.dim:

@@ -30,7 +30,6 @@ import weakref
 from pathlib import Path
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 __all__ = ["SpillFile", "Vectors", "appended", "held_bytes", "remove_spill_files"]
 
@@ -49,6 +48,9 @@ class _Keystream:
 
     def of_rows(self, rows: np.ndarray) -> np.ndarray:
         """``(len(rows), dim)`` int8 keystream of the file rows ``rows``."""
+        # (imported here: only an encrypted folder's spill file uses it, see cipher._aesgcm)
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
         n = len(rows)
         ctr = np.empty((n, self._blocks, 2), dtype=np.uint64)
         ctr[:, :, 0] = self._prefix

@@ -121,24 +121,36 @@ def test_graph_covers_the_package() -> None:
     assert "cce_duck.llm.backends" not in edges(module_level_only=True)["cce_duck.llm.tokens"]
 
 
+LAZY = ("polars", "cryptography", "pyarrow.parquet")
+
+
 @pytest.mark.processes
-def test_adding_messages_and_building_contexts_loads_no_polars(tmp_path: Path) -> None:
-    """Polars (~30 MB of memory) is loaded by the calls that return frames, not by importing
-    the package, adding messages or building contexts: the chat loop of an embedded assistant
-    runs without it. A frame-returning call then loads it (so the check can fail)."""
+def test_adding_messages_and_building_contexts_loads_no_frames_cipher_or_parquet(
+        tmp_path: Path) -> None:
+    """Polars (~30 MB of memory), ``cryptography`` (~7 MB) and ``pyarrow.parquet`` (~9 MB) are
+    loaded by what uses them (calls that return frames, an encrypted folder, an export), not by
+    importing the package, adding messages or building contexts: the chat loop of an embedded
+    assistant runs without them. Then a search, an export and an encrypted folder load each
+    (so the check can fail)."""
     script = textwrap.dedent("""
         import sys
+        from pathlib import Path
         import cce_duck
-        loaded = ["polars" in sys.modules]
-        with cce_duck.Engine(data_dir=sys.argv[1], embedder="hash") as eng:
+        lazy = sys.argv[2].split(",")
+        seen = [[m for m in lazy if m in sys.modules]]
+        root = Path(sys.argv[1])
+        with cce_duck.Engine(data_dir=root / "data", embedder="hash") as eng:
             for i in range(40):
                 eng.add_message("s", "user", f"message {i} about tomatoes and the compost heap")
                 eng.context("s", "what about the tomatoes?", max_tokens=200)
-            loaded.append("polars" in sys.modules)
+            seen.append([m for m in lazy if m in sys.modules])
             eng.search("s", "tomatoes")
-            loaded.append("polars" in sys.modules)
-        print(loaded)
+            eng.export_session("s", root / "out", format="parquet")
+        with cce_duck.Engine(data_dir=root / "sealed", embedder="hash", encryption_key="pw") as eng:
+            eng.add_message("s", "user", "a sealed message")
+        seen.append([m for m in lazy if m in sys.modules])
+        print(seen)
     """)
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data")],
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path), ",".join(LAZY)],
                          capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[False, False, True]", out
+    assert out.strip() == str([[], [], list(LAZY)]), out

@@ -43,12 +43,12 @@ def read_only_query(engine: Engine, sql: str, params: list[Any] | None = None) -
 
 def macro_listing() -> pl.DataFrame:
     """The current macros (``name``, ``version``, ``params``, ``header``) from their header comments."""
+    import polars as pl  # (not with the module: see cce_duck.context.search_schema)
+
     rows = []
     for alias, target in sorted(CURRENT_MACROS.items()):
         m = macro(target)
         rows.append({"name": alias, "version": target, "params": m.params, "header": m.header})
-    import polars as pl
-
     return pl.DataFrame(rows, schema={"name": pl.Utf8, "version": pl.Utf8, "params": pl.Utf8,
                                       "header": pl.Utf8})
 

@@ -118,7 +118,7 @@ def export_session(store: Store, sid: str, path: str | os.PathLike[str], fmt: st
     out.mkdir(parents=True, exist_ok=True)
     for table in PARQUET_TABLES:
         _parquet().write_table(store.q(f"export_{table}", {"sid": sid}).to_arrow_table(),
-                       out / f"{table}.parquet")
+                               out / f"{table}.parquet")
     manifest = {"format": FORMAT, "version": VERSION, "embedder": store.embedder.name,
                 "dim": store.dim, "session_id": sid, "tables": list(PARQUET_TABLES)}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")

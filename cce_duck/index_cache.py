@@ -66,10 +66,13 @@ class IndexCache:
             self._items.move_to_end(sid)
             return idx
 
-    def get(self, store: Store, sid: str, key: tuple[Any, ...]) -> SessionIndex:
+    def get(self, store: Store, sid: str, key: tuple[Any, ...],
+            generation: int | None = None) -> SessionIndex:
         """The index of ``sid``, (re)loaded when the session changed since it was built (``key``
-        and the rows are read in one snapshot by the caller, or nothing writes meanwhile)."""
-        generation = store.generation  # before the rows are read: never newer than they are
+        and the rows are read in one snapshot by the caller, or nothing writes meanwhile).
+        ``generation``: the store's, read before that snapshot began (default: now)."""
+        if generation is None:
+            generation = store.generation  # before the rows are read: never newer than they are
         with self._lock:
             idx = self._items.get(sid)
             if idx is not None and idx.key == key and self._generation.get(sid) == generation:
@@ -91,9 +94,10 @@ class IndexCache:
         """:meth:`get` with the key ``state()`` reads (``None``: no such session, and ``None`` is
         returned), both in one read transaction on the thread's cursor inside
         :meth:`Store.reading`."""
-        with store.snapshot():
+        generation = store.generation  # before the snapshot: an index is never tagged newer
+        with store.snapshot():          # than its rows (another thread may hand on a commit)
             key = state()
-            return None if key is None else self.get(store, sid, key)
+            return None if key is None else self.get(store, sid, key, generation)
 
     def _publish(self, sid: str, old: SessionIndex, new: SessionIndex, generation: int) -> bool:
         """Put ``new`` in the place of ``old`` when ``old`` is still the index of ``sid`` at
@@ -122,11 +126,11 @@ class IndexCache:
         """The indexes of ``sids`` (a user's sessions): those not current are loaded together
         (:func:`load_many`). Raises :class:`~cce_duck.errors.NotFoundError` for a session not
         stored."""
+        generation = store.generation  # before the snapshot begins (see load)
         with store.snapshot(), self._lock:  # (a lake's snapshot takes the write lock: first)
             out = {sid: idx for sid in sids if (idx := self.current(store, sid)) is not None}
             todo = [sid for sid in sids if sid not in out]
             if todo:
-                generation = store.generation
                 states = {str(r[0]): (r[2], int(r[1])) for r in store.q(
                     "many_states", {"sids": todo}, source=USER_SQL).fetchall()}
                 missing = [sid for sid in todo if sid not in states]
@@ -170,10 +174,10 @@ class IndexCache:
         """A user none of whose sessions is cached, read and laid out at once
         (:func:`~cce_duck.bulkload.load_user`); ``None`` when some are cached (then only the
         others are read, :meth:`many`, and the joined index is built from all)."""
+        generation = store.generation  # before the snapshot begins (see load)
         with self._lock, store.snapshot():
             if any(self.current(store, sid) is not None for sid in sids):
                 return None
-            generation = store.generation
             states = {str(r[0]): (r[2], int(r[1])) for r in store.q(
                 "many_states", {"sids": sids}, source=USER_SQL).fetchall()}
             missing = [sid for sid in sids if sid not in states]

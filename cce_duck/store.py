@@ -751,7 +751,15 @@ class Store:
             self._local.transaction = False
         self._run("COMMIT")
         if sessions:
-            self.bump_generation()
+            self._local.committed = self.bump_generation()[1]
+
+    @property
+    def committed_generation(self) -> int:
+        """The generation the calling thread's last committed :meth:`transaction` moved the
+        store to (the current one when it committed none). A write's caches advance to it, not
+        to :attr:`generation`, which another thread handing on other processes' changes may
+        have moved since: an index would then be called current without those changes."""
+        return int(getattr(self._local, "committed", self.generation))
 
     def bump_generation(self) -> tuple[int, int]:
         """The stored sessions changed: the generation before and after. (A reader handing on

@@ -53,11 +53,16 @@ SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NULL AS locked;
 
 -- name: writers_in_flight
 -- Other client connections of the catalog database inside a transaction that wrote something
--- (a transaction id assigned): a commit of a process killed while it held the commit lock can
--- still be finishing there after its lock connection, and the lock, are gone.
+-- (a transaction id assigned), or running a statement that writes and has not written yet
+-- (DuckLake sends a commit's inserts as one batch: until its first row is in, the connection
+-- is active without a transaction id): a commit of a process killed while it held the commit
+-- lock can still be finishing there after its lock connection, and the lock, are gone.
 SELECT count(*) AS n FROM pg_stat_activity
 WHERE datname = current_database() AND backend_type = 'client backend'
-  AND backend_xid IS NOT NULL AND pid <> pg_backend_pid();
+  AND pid <> pg_backend_pid()
+  AND (backend_xid IS NOT NULL
+       OR (state = 'active'
+           AND query ~* '^\s*(INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|COPY\s+\S+\s+FROM)'));
 
 -- name: commit_unlock
 -- Give the commit lock back.

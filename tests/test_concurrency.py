@@ -26,6 +26,7 @@ from servers import cce_server
 from cce_duck import Engine
 from cce_duck.adhoc import read_only_query
 from cce_duck.config import Config
+from cce_duck.index_cache import IndexCache
 from cce_duck.server.serial import Serialized
 
 START = datetime(2026, 3, 1, 9, 0)
@@ -233,6 +234,58 @@ def test_threads_on_one_engine_read_in_parallel_and_write_in_order(
     finally:
         eng.close()
     _check(run, written, stored, tmp_path, lake=where is not None)
+
+
+def test_an_index_read_from_a_snapshot_older_than_a_commit_is_not_kept_as_current(
+        where: LakeSpec | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read loading a session's index began its snapshot; before it tagged the index with the
+    store's generation, a commit to that session landed (on the file: a write of this engine;
+    on a lake: another process's, handed on by another thread's refresh). The index it loaded
+    lacks that turn: it must not be kept as current, or every later context of the process
+    misses the turn (a 20-kill run once found a context lacking an acknowledged message)."""
+    if where is None:
+        a = _engine(tmp_path / "m")
+        b = a
+    else:
+        a, b = (Engine(Config(data_dir=None, embedder="hash", **where.config()))
+                for _ in range(2))
+    try:
+        for i in range(3):
+            a.add_message("s", "user", f"an early message number {i} about the garden")
+        a.flush()
+        a.index.close()  # nothing cached: the next context loads the index
+        original = IndexCache.get
+        hooked = [False]
+
+        def commit_meanwhile() -> None:
+            b.add_message("s", "user", "a late word about the tram in Lisbon")
+            if b is a:
+                a.flush()
+            else:
+                assert a.store.coordinator is not None
+                a.store.coordinator.refresh()  # another thread of a reads the change feed
+
+        def get(self: IndexCache, *args: Any, **kwargs: Any) -> Any:
+            if not hooked[0]:  # the snapshot (and the key) read already: a commit lands now
+                hooked[0] = True
+                t = threading.Thread(target=commit_meanwhile)
+                t.start()
+                t.join(60)
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(IndexCache, "get", get)
+        a.context("s", "the garden")  # loads from the older snapshot
+        assert hooked[0]
+        monkeypatch.setattr(IndexCache, "get", original)
+        hits = a.search("s", "tram Lisbon")["content"].to_list()  # retrieval: the index
+        assert any("tram in Lisbon" in h for h in hits), hits
+        assert "tram in Lisbon" in json.dumps(a.context("s", "the tram in Lisbon").to_dict())
+        idx = a.index.current(a.store, "s")
+        assert idx is None or 3 in idx.turn_no.tolist()
+    finally:
+        a.close()
+        if b is not a:
+            b.close()
 
 
 @pytest.mark.lake

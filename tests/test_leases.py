@@ -297,6 +297,21 @@ def test_the_commit_lock_waits_for_a_write_still_landing_on_another_connection(
         assert waited >= 0.35  # began only after the write ended
         with lock.held():  # nothing in flight: no wait
             pass
+        writer.commit()
+        # a commit's batch that runs but has not written its first row yet (DuckLake sends a
+        # commit's inserts as one batch; a killed holder's batch can still be starting): the
+        # connection is active without a transaction id
+        writer.execute("CREATE TABLE slow (a float8)")
+        writer.commit()
+        batch = threading.Thread(target=lambda: (writer.execute(
+            "INSERT INTO slow SELECT 1 FROM pg_sleep(0.5)"), writer.commit()))
+        batch.start()
+        time.sleep(0.15)
+        start = time.monotonic()
+        with lock.held():
+            waited = time.monotonic() - start
+        batch.join()
+        assert 0.25 <= waited < 1.5  # waited until the batch's transaction ended
         writer.execute("INSERT INTO landing VALUES (2)")  # never ends while the lock is taken
         monkeypatch.setattr(leases, "SETTLE_S", 0.3)
         start = time.monotonic()

@@ -260,7 +260,8 @@ class Engine(ManagementMixin):
         parsed = parse_messages(messages)
         self.writer.flush()
         self.writer.check_user(sid, uid)
-        stored = self.store.q("turn_hashes", {"sid": sid}).fetchall()
+        with self.store.reading():
+            stored = self.store.q("turn_hashes", {"sid": sid}).fetchall()
         skip = 0
         for (_, role, h), m in zip(stored, parsed, strict=False):
             if role != m.role or int(h) != content_hash(m.role, m.content):
@@ -305,7 +306,8 @@ class Engine(ManagementMixin):
         """Compress what is pending, write the cold-tier summary, mark the session closed."""
         sid = self._existing(session_id)
         self.writer.flush(finish={sid}, hot_too=True)
-        notes = self.store.q("note_labels", {"sid": sid}).fetchall()
+        with self.store.reading():
+            notes = self.store.q("note_labels", {"sid": sid}).fetchall()
         labels, summaries = [n[0] for n in notes], [n[1] for n in notes]
         summary = macro_summary(labels, summaries)
         if self.writer.summariser is not None:  # a model call, before the write transaction
@@ -427,12 +429,15 @@ class Engine(ManagementMixin):
         sessions = self._user_or_items(user_id)
         if confined:
             path = export.confined_path(self.config.export_dir, path)
-        return export.export_user(self.store, user_id, sessions, path, format)
+        with self.store.consistent():
+            return export.export_user(self.store, user_id, sessions, path, format)
 
     def user_document(self, user_id: str) -> dict[str, Any]:
         """The JSON export of a user as a dict (what :meth:`export_user` writes), with the
         user's store items (``items``)."""
-        return export.user_document(self.store, user_id, self._user_or_items(user_id))
+        sessions = self._user_or_items(user_id)
+        with self.store.consistent():
+            return export.user_document(self.store, user_id, sessions)
 
     def _user_or_items(self, user_id: str) -> list[str]:
         """:meth:`user_sessions`, or no sessions for a user who has only store items (namespace
@@ -586,32 +591,34 @@ class Engine(ManagementMixin):
     def turns(self, session_id: str) -> pl.DataFrame:
         """A session's turns with their tier (hot / pending / compressed)."""
         sid = self._existing(session_id)
-        return self.store.con.execute("SELECT * FROM cce_turns(?, hot := ?)",
-                                      [sid, self.config.hot_tier_max_turns]).pl()
+        with self.store.reading():
+            return self.store.connection.execute("SELECT * FROM cce_turns(?, hot := ?)",
+                                                 [sid, self.config.hot_tier_max_turns]).pl()
 
     def history(self, session_id: str) -> list[dict[str, Any]]:
         """Every stored message of a session as ``{role, content, name, turn_no}``, oldest first
         (empty for an unknown session). A turn whose raw text was dropped after compression
         (``keep_raw_turns=False``) gives its one-line summary."""
         sid = validate_session_id(session_id)
-        if not self.store.read_only:
-            self.writer.flush(derived=False)  # (turn rows only)
-        cur = self.store.q("session_history", {"sid": sid})
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        self._store_pending(derived=False)  # (turn rows only; no lock when nothing waits)
+        with self.store.reading():
+            cur = self.store.q("session_history", {"sid": sid})
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def latest_user_message(self, session_id: str) -> str | None:
         """Text of the session's latest user message (``None`` if it has none or is unknown)."""
         sid = validate_session_id(session_id)
-        if not self.store.read_only:
-            self.writer.flush(derived=False)  # (turn rows only)
-        row = self.store.q("latest_user_message", {"sid": sid}).fetchone()
+        self._store_pending(derived=False)  # (turn rows only; no lock when nothing waits)
+        with self.store.reading():
+            row = self.store.q("latest_user_message", {"sid": sid}).fetchone()
         return None if row is None else str(row[0])
 
     def overview(self, session_id: str) -> pl.DataFrame:
         """Topics in conversation order (the ``cce_overview`` macro)."""
-        return self.store.con.execute("SELECT * FROM cce_overview(?)",
-                                      [self._existing(session_id)]).pl()
+        sid = self._existing(session_id)
+        with self.store.reading():
+            return self.store.connection.execute("SELECT * FROM cce_overview(?)", [sid]).pl()
 
     def outline(self, session_id: str) -> dict[str, Any]:
         """A session's topics in conversation order (``start_turn, end_turn, label, summary``)
@@ -644,9 +651,10 @@ class Engine(ManagementMixin):
         """Run any SQL on the store (UDFs and macros available) and return a frame."""
         if self.store.read_only:
             return self.store.con.execute(query, params).pl()
-        self.writer.flush(counts=True)
-        try:
-            return self.store.con.execute(query, params).pl()
+        self._store_pending(counts=True)
+        try:  # (holding the write lock: the statement may write, and never runs inside a
+            with self.store.write_lock:  # background flush's open transaction)
+                return self.store.con.execute(query, params).pl()
         finally:
             self.store.bump_generation()  # the statement may have written: cached indexes are stale
 

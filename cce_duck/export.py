@@ -50,7 +50,7 @@ def session_document(store: Store, sid: str) -> dict[str, Any]:
                            "dim": store.dim, "session": None, "turns": [], "notes": [],
                            "pins": [], "summary": None}
     plural = {"turn": "turns", "note": "notes", "pin": "pins"}
-    for kind, _, data in store.con.execute("SELECT * FROM cce_export(?)", [sid]).fetchall():
+    for kind, _, data in store.connection.execute("SELECT * FROM cce_export(?)", [sid]).fetchall():
         value = json.loads(data)
         if kind in plural:
             doc[plural[kind]].append(value)

@@ -55,7 +55,7 @@ def _params(store: Store, sid: str, note_id: object, turns: object) -> dict[str,
 def plan(store: Store, sid: str, note_id: object = None, turns: object = None) -> pl.DataFrame:
     """What :func:`forget` would remove (the ``cce_forget_plan`` macro); removes nothing."""
     p = _params(store, sid, note_id, turns)
-    return store.con.execute(
+    return store.connection.execute(
         "SELECT * FROM cce_forget_plan(?, nid := ?, first_turn := ?, last_turn := ?)",
         [sid, p["nid"], p["first"], p["last"]]).pl()
 

@@ -122,7 +122,9 @@ class ManagementMixin:
     def forget_plan(self, session_id: str, *, note_id: int | None = None,
                     turns: tuple[int, int] | None = None) -> pl.DataFrame:
         """What :meth:`forget` would remove (the ``cce_forget_plan`` macro); removes nothing."""
-        return forget.plan(self.store, self._existing(session_id), note_id, turns)
+        sid = self._existing(session_id)
+        with self.store.consistent():
+            return forget.plan(self.store, sid, note_id, turns)
 
     def forget(self, session_id: str, *, note_id: int | None = None,
                turns: tuple[int, int] | None = None, dry_run: bool = False) -> dict[str, Any]:
@@ -184,7 +186,8 @@ class ManagementMixin:
         sid = self._existing(session_id)
         if confined:
             path = export.confined_path(self.config.export_dir, path)
-        return export.export_session(self.store, sid, path, format)
+        with self.store.consistent():
+            return export.export_session(self.store, sid, path, format)
 
     def import_session(self, path: str | os.PathLike[str], *, session_id: str | None = None
                        ) -> str:
@@ -199,7 +202,9 @@ class ManagementMixin:
 
     def export_document(self, session_id: str) -> dict[str, Any]:
         """The JSON export of a session as a dict (what :meth:`export_session` writes)."""
-        return export.session_document(self.store, self._existing(session_id))
+        sid = self._existing(session_id)
+        with self.store.consistent():
+            return export.session_document(self.store, sid)
 
     # -- warm-tier cap ------------------------------------------------------
 

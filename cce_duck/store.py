@@ -611,6 +611,13 @@ class Store:
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
 
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        """:meth:`reading` in one :meth:`snapshot`: several reads (an export's) see the same
+        committed state, beside writes and a background flush's open transaction."""
+        with self.reading(), self.snapshot():
+            yield
+
     def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None, *,
           source: str = "queries.sql") -> Any:
         """Run the named query ``name`` from ``sql/queries.sql`` (or ``sql/<source>``) on

@@ -288,6 +288,57 @@ def test_an_index_read_from_a_snapshot_older_than_a_commit_is_not_kept_as_curren
             b.close()
 
 
+def test_reads_and_sql_never_run_inside_another_threads_open_write_transaction(
+        tmp_path: Path) -> None:
+    """A background flush holds a write transaction open on the store's connection. A read
+    (history, turns, overview, an export) meanwhile sees what is committed, not its rows; a
+    statement of ``sql()`` waits for it and never runs inside it (it once did: a count of
+    turns saw a derive half done, and a write would have been committed or rolled back with
+    the flush's)."""
+    eng = _engine(tmp_path / "m")
+    try:
+        for m in conversation(1, 20):
+            eng.add_message("s", m["role"], m["content"], m["timestamp"])
+        eng.flush()
+        before = eng.history("s")
+        inside, release = threading.Event(), threading.Event()
+
+        def open_write() -> None:
+            try:
+                with eng.store.transaction() as con:
+                    con.execute("CREATE TABLE scratch AS SELECT 1 AS a")
+                    con.execute("INSERT INTO turns SELECT * REPLACE (turn_no + 100 AS turn_no) "
+                                "FROM turns WHERE session_id = 's'")
+                    inside.set()
+                    release.wait(30)
+                    raise RuntimeError("rolled back")
+            except RuntimeError:
+                pass
+
+        writer = threading.Thread(target=open_write)
+        writer.start()
+        assert inside.wait(30)
+        try:
+            assert eng.history("s") == before
+            assert eng.turns("s").height == len(before)
+            assert eng.export_document("s")["turns"] == [
+                t for t in eng.export_document("s")["turns"] if t["turn_no"] < 100]
+            counted: list[int] = []
+            probe = threading.Thread(target=lambda: counted.append(int(eng.sql(
+                "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = 'scratch'")
+                ["n"][0])))
+            probe.start()
+            probe.join(0.5)
+            assert probe.is_alive(), "sql() ran while another thread's transaction was open"
+        finally:
+            release.set()
+            writer.join(30)
+        probe.join(30)
+        assert counted == [0]  # after the rollback: the table never existed for it
+    finally:
+        eng.close()
+
+
 @pytest.mark.lake
 def test_a_read_takes_in_other_processes_commits_while_a_write_holds_the_lock(
         tmp_path: Path) -> None:

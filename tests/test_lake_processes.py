@@ -219,10 +219,17 @@ def test_three_processes_killed_twenty_times_lose_and_repeat_nothing(
         missing = eng.sql(
             "SELECT t.session_id, t.turn_no, t.note_id, t.message_id FROM main.turns AS t "
             "ANTI JOIN main.message_vectors AS m USING (session_id, turn_no) ORDER BY ALL").rows()
+        twice = eng.sql(  # (what a failure then says about the rows stored twice)
+            "SELECT 'turn' AS kind, session_id, turn_no, count(*) AS n, "
+            "list(message_id) AS ids, list(note_id) AS notes FROM main.turns "
+            "GROUP BY ALL HAVING count(*) > 1 UNION ALL "
+            "SELECT 'vector', session_id, turn_no, count(*), NULL, NULL "
+            "FROM main.message_vectors GROUP BY ALL HAVING count(*) > 1 ORDER BY ALL").rows()
     finally:
         eng.close()
     assert derived[0] == derived[1] == derived[2], (
-        f"turns, vectors, turns with vectors: {derived}; without vectors: {missing}")
+        f"turns, vectors, turns with vectors: {derived}; without vectors: {missing}; "
+        f"stored twice: {twice}")
     assert derived[3] == 0, "a posting was written twice"
     turns = [(str(s), int(n)) for s, n, _ in rows]
     assert len(turns) == len(set(turns)), "a turn number was given twice"

@@ -163,6 +163,11 @@ class Writer:
             if row and self._lake:  # (the counter row may lag the turn rows: see backlog)
                 last = self.store.q("session_next_turn", {"sid": session_id}).fetchone()
                 self._next[session_id] = max(self._next[session_id], int(last[0]))
+            # after this process's numbered turns that wait to be stored (the caches of a
+            # session can be dropped while a group commit gathers its turns)
+            waiting = [n for s, n, _ in self._buffer if s == session_id]
+            if waiting:
+                self._next[session_id] = max(self._next[session_id], max(waiting) + 1)
             self._users[session_id] = row[5] if row else None
             if row is None:
                 self._new.add(session_id)
@@ -197,8 +202,10 @@ class Writer:
         with self._foreign_lock:
             everything, sessions = self._foreign_all, self._foreign
             self._foreign_all, self._foreign, self._foreign_due = False, set(), False
-        for sid in list(self._next) + list(self._df) if everything else sessions:
-            self.reopen(sid)
+        waiting = {s for s, _, _ in self._buffer}  # numbered under this process's lease: no
+        for sid in list(self._next) + list(self._df) if everything else sessions:  # other
+            if sid not in waiting:  # process numbered turns of theirs meanwhile; their next
+                self.reopen(sid)    # number and user stay
             self.forget_stats(sid)
 
     def reopen(self, session_id: str) -> None:

@@ -27,6 +27,7 @@ from cce_duck import Engine
 from cce_duck.adhoc import read_only_query
 from cce_duck.config import Config
 from cce_duck.index_cache import IndexCache
+from cce_duck.messages import parse_messages
 from cce_duck.server.serial import Serialized
 
 START = datetime(2026, 3, 1, 9, 0)
@@ -335,6 +336,33 @@ def test_reads_and_sql_never_run_inside_another_threads_open_write_transaction(
             writer.join(30)
         probe.join(30)
         assert counted == [0]  # after the rollback: the table never existed for it
+    finally:
+        eng.close()
+
+
+def test_a_session_dropped_from_the_caches_while_its_turns_wait_is_numbered_after_them(
+        where: LakeSpec | None, tmp_path: Path) -> None:
+    """Another process's commit names a session (its derived rows, say) while this process
+    holds numbered turns of it that are not stored yet (a group commit gathering them). The
+    session's cached next number is dropped; numbering again must count the waiting turns,
+    not only the stored ones (it once gave two messages of one commit the same number)."""
+    if where is None:
+        eng = _engine(tmp_path / "m")
+    else:
+        eng = Engine(Config(data_dir=None, embedder="hash", **where.config()))
+    try:
+        eng.add_message("s", "user", "the first message, stored")
+        eng.flush()
+        w = eng.writer
+        first, _ = w.add("s", parse_messages([{"role": "user", "content": "waiting one"}]))
+        w.forget_sessions({"s"})  # what a refresh hands on, while the turn waits
+        second, _ = w.add("s", parse_messages([{"role": "user", "content": "waiting two"}]))
+        assert (first, second) == ([1], [2])
+        eng.flush()
+        rows = eng.sql("SELECT turn_no, content FROM turns WHERE session_id = 's' "
+                       "ORDER BY turn_no").rows()
+        assert [r[0] for r in rows] == [0, 1, 2]
+        assert [r[1] for r in rows[1:]] == ["waiting one", "waiting two"]
     finally:
         eng.close()
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 from cce_duck import backlog, clock, ranking, topics
 from cce_duck.allocator import release_free_memory
 from cce_duck.backlog import Waiting
+from cce_duck.errors import CCEError
 from cce_duck.rows import Flushed, TurnRows, int8_rows, registered
 
 if TYPE_CHECKING:
@@ -56,9 +57,7 @@ class LakeCommits:
         w.store.writing = set(sessions) | finish
         w.store.commit_info = {"kind": "derived" if work else "ack"}
         if rows.turns:
-            w.store.commit_info["turns"] = {  # (the turn fence: sql/catalog_pg.sql)
-                sid: [min(t["turn_no"] for t in rows.turns if t["session_id"] == sid), n - 1]
-                for sid, n in sessions.items()}
+            w.store.commit_info["turns"] = _turn_ranges(rows, sessions)
         touched: set[str] = set()
         note_ids = list(w._note_ids)
         try:  # (the commit lock is taken inside: derived rows are checked against the lake)
@@ -225,3 +224,21 @@ def _same(turn: dict[str, Any], stored: dict[str, Any]) -> bool:
     again, nor corrected, since)."""
     return bool(turn["content_hash"] == stored["content_hash"]
                 and turn["speaker"] == stored["speaker"] and turn["role"] == stored["role"])
+
+
+def _turn_ranges(rows: TurnRows, sessions: dict[str, int]) -> dict[str, list[int]]:
+    """Per session, the first and last turn number a commit gives (what the turn fence of
+    ``sql/catalog_pg.sql`` checks against other commits). Within the commit the numbers must
+    run without a gap or a repeat up to the session's next number: a lake has no primary key to
+    refuse a repeat, so a commit that breaks this is refused here, before anything is stored."""
+    numbers: dict[str, list[int]] = {}
+    for t in rows.turns:
+        numbers.setdefault(t["session_id"], []).append(int(t["turn_no"]))
+    out = {}
+    for sid, nxt in sessions.items():
+        got = sorted(numbers.get(sid, []))
+        if not got or got != list(range(got[0], nxt)):
+            raise CCEError(f"internal error: the turn numbers of session {sid!r} in one commit "
+                           f"are not one run up to {nxt}: {got[:8]}; nothing was stored")
+        out[sid] = [got[0], nxt - 1]
+    return out

@@ -368,6 +368,29 @@ def test_a_session_dropped_from_the_caches_while_its_turns_wait_is_numbered_afte
 
 
 @pytest.mark.lake
+def test_a_lake_commit_that_would_repeat_a_turn_number_is_refused_and_stores_nothing(
+        tmp_path: Path) -> None:
+    """A lake has no primary key: a commit whose turn numbers of a session repeat (a bug that
+    once happened) is refused before anything is stored, never acknowledged."""
+    from cce_duck.errors import CCEError
+
+    with make_lake("postgres", tmp_path) as spec:
+        eng = Engine(Config(data_dir=None, embedder="hash", **spec.config()))
+        try:
+            eng.add_message("s", "user", "the first message, stored")
+            w = eng.writer
+            with w.lock:
+                w.add("s", parse_messages([{"role": "user", "content": "one"}]))
+                sid, n, m = w._buffer[-1]
+                w._buffer.append((sid, n, m))  # the same number again
+                with pytest.raises(CCEError, match="not one run"):
+                    w.flush(derived=False)
+            assert eng.sql("SELECT count(*) FROM turns").rows()[0][0] == 1
+        finally:
+            eng.close()
+
+
+@pytest.mark.lake
 def test_a_read_takes_in_other_processes_commits_while_a_write_holds_the_lock(
         tmp_path: Path) -> None:
     """Two engines on one lake with a PostgreSQL catalog (two processes' worth). While a write

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from tokenizers import Tokenizer
 
 from cce_duck.embedders.onnx import OnnxEmbedder, onnx_files, prepared_model
@@ -76,3 +77,49 @@ def test_integer_products_stay_close_to_the_float_products() -> None:
     assert not np.array_equal(a, b)  # they are really different computations
     # neighbours stay neighbours: each text is still closest to itself across the two
     assert (np.argmax(a @ b.T, axis=1) == np.arange(len(texts))).all()
+
+
+_ARENA_CHILD = """
+import sys
+from cce_duck.allocator import release_free_memory, tune_allocator
+from cce_duck.embedders import onnx as O
+tune_allocator()
+O.SHRINK_AFTER_TOKENS = int(sys.argv[1])
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+e = O.OnnxEmbedder()
+short = [f"a short message number {i} about the garden" for i in range(20)]
+e.embed(short)
+release_free_memory()
+before = rss()
+long = " ".join(f"word{i} of a long message that fills the model's window" for i in range(60))
+e.embed([long, long + " again", long + " once more"])
+e.embed(short)
+v1 = e.embed([long])
+release_free_memory()
+print(rss() - before, float(v1[0][0]))
+"""
+
+
+@pytest.mark.processes
+def test_a_long_input_gives_its_working_memory_back() -> None:
+    """onnxruntime keeps the largest run's buffers for reuse: a 256-token message once held
+    ~40 MB for the life of the process. Inputs past ``SHRINK_AFTER_TOKENS`` give them back
+    (measured in a child process, against the same run without, which shows the growth the
+    measurement must be able to see); the vectors are the same."""
+    import subprocess
+    import sys
+
+    def added(after_tokens: int) -> tuple[float, float]:
+        out = subprocess.run([sys.executable, "-c", _ARENA_CHILD, str(after_tokens)],
+                             capture_output=True, text=True, check=True, timeout=300)
+        mb, first = out.stdout.split()
+        return float(mb), float(first)
+
+    kept, v_kept = added(10**9)
+    given, v_given = added(96)
+    assert kept > 25, kept  # without: the arena holds the long runs' buffers
+    assert given < 15, given
+    assert v_kept == v_given

@@ -96,7 +96,7 @@ class LakeCommits:
                 w._summarise()
         finally:
             if w.on_flush is not None:
-                w.on_flush(before, w.store.committed_generation, set(sessions) | finish | touched)
+                w.on_flush(before, w.store.committed_since(before), set(sessions) | finish | touched)
 
     def _take_note_ids(self, n: int) -> list[int]:
         """``n`` note ids: those this process reserved before, and when they do not suffice a

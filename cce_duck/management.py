@@ -81,7 +81,8 @@ class ManagementMixin:
             except BaseException:
                 self._context_calls[:0] = calls
                 raise
-            self.index.advance(before, self.store.committed_generation, set())  # no session's memory changed
+            # (no session's memory changed)
+            self.index.advance(before, self.store.committed_since(before), set())
 
     # -- pins ---------------------------------------------------------------
 

@@ -760,13 +760,13 @@ class Store:
         if sessions:
             self._local.committed = self.bump_generation()[1]
 
-    @property
-    def committed_generation(self) -> int:
+    def committed_since(self, before: int) -> int:
         """The generation the calling thread's last committed :meth:`transaction` moved the
-        store to (the current one when it committed none). A write's caches advance to it, not
-        to :attr:`generation`, which another thread handing on other processes' changes may
-        have moved since: an index would then be called current without those changes."""
-        return int(getattr(self._local, "committed", self.generation))
+        store to, when it committed one after :attr:`generation` was ``before``; else
+        ``before``. A write's caches advance to it, not to :attr:`generation`, which another
+        thread handing on other processes' changes may have moved since: an index would then
+        be called current without those changes."""
+        return max(before, int(getattr(self._local, "committed", before)))
 
     def bump_generation(self) -> tuple[int, int]:
         """The stored sessions changed: the generation before and after. (A reader handing on

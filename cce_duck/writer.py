@@ -654,7 +654,7 @@ class Writer:
                 self._summarise()
         finally:  # (also when a warning is raised as an error or the call is interrupted)
             if self.on_flush is not None:
-                self.on_flush(before, self.store.committed_generation, set(sessions) | finish)
+                self.on_flush(before, self.store.committed_since(before), set(sessions) | finish)
 
     def _summarise(self) -> None:
         """Model summaries for the notes just committed, swapped in by a second transaction.

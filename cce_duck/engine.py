@@ -75,6 +75,7 @@ class Engine(ManagementMixin):
             config = config.with_(**overrides)
         self.config = config
         self._context_calls: list[dict[str, Any]] = []
+        self._calls_queued = threading.Event()
         self._items: ItemStore | None = None
         self._closed = False
         if config.summariser == "llm" and not read_only:
@@ -371,10 +372,44 @@ class Engine(ManagementMixin):
                                     cache=self.index, index=index)
         if coord is not None and coord.stale is not None:
             payload.stale = f"served from this process's cache: {coord.stale}"
+        return self._served(payload, req)
+
+    def context_in_memory(self, session_id: str, query: str, *, max_tokens: int | None = None,
+                          top_k: int | None = None, since: datetime | str | None = None,
+                          until: datetime | str | None = None, last_turns: int | None = None,
+                          explain: bool = False) -> ContextPayload | None:
+        """:meth:`context`, when it can be built from memory alone, without waiting for
+        anything: on a local file, none of the session's messages waiting to be stored, its
+        index cached and current, the query embedded in microseconds (an embedder that says
+        it is ``cheap``), not an overview question (that one reads the tables). Else ``None``,
+        having done nothing: call :meth:`context`. The same context :meth:`context` gives.
+
+        A server answers these on its event loop: handing a call of a few milliseconds of
+        Python to a thread costs more than the call (docs/concurrency.md)."""
+        sid = validate_session_id(session_id)
+        store = self.store
+        if (store.coordinator is not None or not getattr(store.embedder, "cheap", False)
+                or store.failure is not None
+                or (not store.read_only and self.writer.waiting(sid))):
+            return None
+        req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
+        if is_overview_question(req.query):
+            return None
+        index = self.index.current(store, sid)  # (after the waiting check: a flush moves the
+        if index is None:                        # generation before it empties its buffer)
+            return None
+        payload = build_context(store, self.config, req, explain=explain, index=index)
+        return self._served(payload, req, background=True)
+
+    def _served(self, payload: ContextPayload, req: ContextRequest, *,
+                background: bool = False) -> ContextPayload:
+        """A built context, its explanation refined, recorded for the stats and its notes
+        counted as retrieved (``background``: a full batch of records is stored by another
+        thread, not by the caller)."""
         refine_explain(payload, Window(req.since, req.until, req.last_turns))
-        self._record_context(payload)
+        self._record_context(payload, background=background)
         if not self.store.read_only:
-            self.writer.note_retrieved(sid, [n["note_id"] for n in payload.notes])
+            self.writer.note_retrieved(req.session_id, [n["note_id"] for n in payload.notes])
         return payload
 
     def _flush_for_context(self, sid: str, *, overview: bool = False) -> SessionIndex | None:

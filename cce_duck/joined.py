@@ -59,7 +59,10 @@ def _joined_products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
     """``mat @ q`` as :func:`_products` gives it (the same float64 values: a row's product does
     not depend on the rows around it), through one scratch block of 768 KB reused for the
     whole matrix: for a user's hundreds of thousands of vectors the per-block calls of
-    :func:`_products` cost more than the products."""
+    :func:`_products` cost more than the products. A hashed query: :func:`ranking.sparse_products`."""
+    sparse = ranking.sparse_products(mat, q)
+    if sparse is not None:
+        return sparse
     out = np.empty(len(mat), dtype=np.float64)
     rows = _rows_block(mat.shape[1])
     buf = np.empty((min(rows, len(mat)), mat.shape[1]), dtype=np.float64)

@@ -4,7 +4,10 @@ memory exactly unchanged."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +34,9 @@ __all__ = ["CALLS_BATCH", "ManagementMixin"]
 #: Built contexts are recorded for stats in batches of this size (and on stats and close).
 CALLS_BATCH = 64
 
+#: Stores the batches of contexts built on a server's event loop (one at a time).
+_BOOKKEEPING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cce-bookkeeping")
+
 
 class ManagementMixin:
     """Pins, corrections, forgetting, compaction, export/import (mixed into ``Engine``)."""
@@ -41,6 +47,8 @@ class ManagementMixin:
     index: IndexCache
     #: Sizes of built contexts not stored yet (``context_calls`` rows), set by ``Engine``.
     _context_calls: list[dict[str, Any]]
+    #: Set while a batch of them waits for the bookkeeping thread.
+    _calls_queued: threading.Event
 
     if TYPE_CHECKING:
         def _existing(self, session_id: str) -> str:
@@ -51,17 +59,35 @@ class ManagementMixin:
             """Store what is journaled (defined by ``Engine``)."""
             ...
 
+        @property
+        def closed(self) -> bool:
+            """Whether the engine was closed (defined by ``Engine``)."""
+            ...
+
     # -- context bookkeeping (for stats) ------------------------------------
 
-    def _record_context(self, payload: ContextPayload) -> None:
-        """Remember the size of a built context; written in batches (stats, close, every 64)."""
+    def _record_context(self, payload: ContextPayload, *, background: bool = False) -> None:
+        """Remember the size of a built context; written in batches (stats, close, every 64:
+        by the caller, or with ``background`` by a thread of its own)."""
         if self.store.read_only:
             return
         self._context_calls.append({
             "session_id": payload.session_id, "called_at": now(), "max_tokens": payload.max_tokens,
             "tokens_sent": payload.tokens, "history_tokens": payload.history_tokens})
         if len(self._context_calls) >= CALLS_BATCH:
-            self._flush_context_calls()
+            if not background:
+                self._flush_context_calls()
+            elif not self._calls_queued.is_set():
+                self._calls_queued.set()
+                _BOOKKEEPING.submit(self._flush_context_calls_quietly)
+
+    def _flush_context_calls_quietly(self) -> None:
+        """Store the recorded contexts; a failure keeps them for the next try (stats, close,
+        the next full batch)."""
+        self._calls_queued.clear()
+        with contextlib.suppress(Exception):
+            if not self.closed:
+                self._flush_context_calls()
 
     def _flush_context_calls(self) -> None:
         if not self._context_calls or self.store.read_only:

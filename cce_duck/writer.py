@@ -713,6 +713,13 @@ class Writer:
         """Messages journaled but not yet in the tables."""
         return len(self._buffer)
 
+    def waiting(self, session_id: str) -> bool:
+        """Whether messages of ``session_id`` are journaled but not yet in the tables (without
+        the lock: a flush empties the buffer only after its commit moved the store's
+        generation, so a reader that finds none either sees the stored turns or a stale
+        index)."""
+        return any(s == session_id for s, _, _ in self._buffer)
+
     def backlog_count(self) -> int:
         """On a lake: acknowledged turns whose derived rows are not committed yet (with the
         sessions that wait to be checked for such turns)."""

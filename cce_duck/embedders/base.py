@@ -22,7 +22,10 @@ class Embedder(Protocol):
 
     ``name`` and ``dim`` are recorded in a data folder, which then refuses any other embedder.
     ``topic_threshold`` is the cosine under which consecutive messages usually change topic with
-    this model (hash vectors are less similar to each other than neural ones).
+    this model (hash vectors are less similar to each other than neural ones). An embedder may
+    also say it is ``cheap = True``: it embeds a query in microseconds of CPU, without a model,
+    so a server embeds queries on its event loop (``Engine.context_in_memory``); without it,
+    in a thread.
     """
 
     name: str
@@ -46,6 +49,7 @@ class CachedEmbedder:
         self.name = inner.name
         self.dim = inner.dim
         self.topic_threshold = inner.topic_threshold
+        self.cheap = bool(getattr(inner, "cheap", False))
         self._cache: OrderedDict[bytes, Matrix] = OrderedDict()
         self._max = max_items
         self.calls = 0

@@ -24,6 +24,8 @@ class HashEmbedder:
 
     name = "hash"
     topic_threshold = 0.05
+    #: A query is embedded in microseconds, no model: a server embeds it on its event loop.
+    cheap = True
 
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim

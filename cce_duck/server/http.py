@@ -135,7 +135,7 @@ def presented_key(request: Request, *headers: str) -> str | None:
 
 
 class Guard(Serialized):
-    """The server's engine (calls run one at a time: one DuckDB connection) and keys."""
+    """The server's engine (reads beside writes: see :class:`Serialized`) and keys."""
 
     def __init__(self, engine: Engine, keys: KeyRing) -> None:
         super().__init__(engine)

@@ -74,11 +74,11 @@ def add_messages(session_id: str, body: MessagesIn, g: G, who: Who) -> Response:
 
 
 @router.post("/sessions/{session_id}/context", tags=["sessions"], response_model=dict[str, Any])
-def context(sid: Sid, body: ContextIn, g: G) -> Response:
+async def context(sid: Sid, body: ContextIn, g: G) -> Response:
     """The token-capped context for the question about to be asked."""
-    payload = g.read(g.engine.context, sid, body.query, max_tokens=body.max_tokens,
-                     top_k=body.top_k, since=body.since, until=body.until,
-                     last_turns=body.last_turns, explain=body.explain)
+    payload = await g.context(sid, body.query, max_tokens=body.max_tokens, top_k=body.top_k,
+                              since=body.since, until=body.until,
+                              last_turns=body.last_turns, explain=body.explain)
     return JSONDocument(payload.to_dict())
 
 

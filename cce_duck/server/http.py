@@ -52,7 +52,8 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
 
 class JSONDocument(Response):
     """A JSON-ready document (plain dicts, lists, strings, numbers: what the library's
-    ``to_dict`` forms give) encoded by orjson. A route that returns one skips FastAPI's
+    ``to_dict`` forms give; or ``datetime`` values, which orjson writes as ``isoformat`` does:
+    ``ContextPayload.document``) encoded by orjson. A route that returns one skips FastAPI's
     validation and encoding of its result against the declared ``response_model`` (the
     document is JSON already): half of the time a context request spends in the event loop."""
 

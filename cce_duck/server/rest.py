@@ -79,7 +79,7 @@ async def context(sid: Sid, body: ContextIn, g: G) -> Response:
     payload = await g.context(sid, body.query, max_tokens=body.max_tokens, top_k=body.top_k,
                               since=body.since, until=body.until,
                               last_turns=body.last_turns, explain=body.explain)
-    return JSONDocument(payload.to_dict())
+    return JSONDocument(payload.document())
 
 
 @router.post("/users/{user_id}/context", tags=["users"], response_model=dict[str, Any])
@@ -90,7 +90,7 @@ def user_context(user_id: Uid, body: UserContextIn, g: G, who: Who) -> Response:
     payload = g.read(g.engine.user_context, user_id, body.query, session_id=body.session_id,
                      max_tokens=body.max_tokens, top_k=body.top_k, since=body.since,
                      until=body.until, explain=body.explain)
-    return JSONDocument({"user_id": user_id, **payload.to_dict()})
+    return JSONDocument({"user_id": user_id, **payload.document()})
 
 
 @router.post("/sessions/{session_id}/search", tags=["sessions"])

@@ -438,30 +438,25 @@ class SessionIndex:
         bm25 = self._bm25(terms)
         recency = (self.turn_no + 1.0) / max(next_turn, 1)
 
-        keep = np.ones(len(self.turn_no), dtype=bool)
-        if since is not None:
-            keep &= self.ts >= np.datetime64(since.replace(tzinfo=None), "us")
-        if until is not None:
-            keep &= self.ts <= np.datetime64(until.replace(tzinfo=None), "us")
-        if last_turns is not None:
-            keep &= self.turn_no >= next_turn - last_turns
-        if before_turn is not None:
-            keep &= self.turn_no < before_turn
-        cand = np.flatnonzero(keep)
-        if not len(cand):
-            return Hits.empty()
+        cand = self._window(next_turn, since, until, last_turns, before_turn)
+        if isinstance(cand, slice):  # a run of rows: views, no copies
+            if cand.stop <= cand.start:
+                return Hits.empty()
+            speakers = self.speaker[cand]
+        else:
+            if not len(cand):
+                return Hits.empty()
+            speakers = [self.speaker[r] for r in cand]
         tn = self.turn_no[cand]
         extra: dict[str, np.ndarray] = {}
         if conversation:
             named = ranking.named_speakers([t for t, _ in terms], self.speaker_terms)
-            speakers = (self.speaker[int(cand[0]) : int(cand[-1]) + 1]  # a run of rows, mostly
-                        if int(cand[-1]) - int(cand[0]) + 1 == len(cand) else
-                        [self.speaker[r] for r in cand])
             extra = {"asks": self.asks[cand], "n_terms": self.n_terms[cand],
                      "other": ranking.other_speakers(speakers, named)}
         ranked = ranking.rank(dense[cand], bm25[cand], recency[cand], tn, k=k,
                               recency_weight=recency_weight, rrf_k=rrf_k, **extra)
-        rows = cand[ranked.order]  # the hits' rows, best first
+        # the hits' rows, best first
+        rows = ranked.order + cand.start if isinstance(cand, slice) else cand[ranked.order]
         row_list = rows.tolist()
         cols: dict[str, Any] = {
             "turn_no": tn[ranked.order], "row": rows, "note_id": self.note_id[rows],
@@ -473,6 +468,27 @@ class SessionIndex:
         if ranked.score is not None:
             cols["score"] = ranked.score
         return Hits(cols)
+
+    def _window(self, next_turn: int, since: datetime | None, until: datetime | None,
+                last_turns: int | None, before_turn: int | None) -> slice | np.ndarray:
+        """The rows a retrieval ranks: a slice when only turn numbers bound them (the rows
+        are in turn order), else the positions of the rows inside the time window."""
+        if since is None and until is None:
+            lo = 0 if last_turns is None else int(
+                np.searchsorted(self.turn_no, next_turn - last_turns))
+            hi = len(self.turn_no) if before_turn is None else int(
+                np.searchsorted(self.turn_no, before_turn))
+            return slice(lo, max(lo, hi))
+        keep = np.ones(len(self.turn_no), dtype=bool)
+        if since is not None:
+            keep &= self.ts >= np.datetime64(since.replace(tzinfo=None), "us")
+        if until is not None:
+            keep &= self.ts <= np.datetime64(until.replace(tzinfo=None), "us")
+        if last_turns is not None:
+            keep &= self.turn_no >= next_turn - last_turns
+        if before_turn is not None:
+            keep &= self.turn_no < before_turn
+        return np.flatnonzero(keep)
 
     @cached_property
     def speaker_terms(self) -> dict[str, tuple[str, ...]]:

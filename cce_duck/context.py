@@ -541,7 +541,6 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: Hits, index: Sess
     memo = index.quotes
     turn_nos, rows, note_ids = hits.col("turn_no"), hits.col("row"), hits.raw("note_id")
     bests, speakers, roles = hits.raw("best_sentence"), hits.col("speaker"), hits.col("role")
-    stamps = hits.col("ts")
     session_ids: list[str] = hits.col("session_id") if scoped else []
 
     def drop(i: int, reason: str) -> None:
@@ -556,6 +555,14 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: Hits, index: Sess
         if indexes is not None:
             index = indexes[sid_h]
             memo = index.quotes
+        row, best = rows[i], bests[i] if bests[i] >= 0 else None
+        quoted = memo.get((row, best))
+        if quoted is None:
+            quoted = _quote_text(index, row, best)
+            index.remember_quote((row, best), *quoted)
+        if quoted[1] + 2 > left and not explain:
+            continue  # (with its speaker, a token or more, it cannot fit: most hits once the
+            #            budget is nearly spent, so this is checked first)
         nid = note_ids[i]
         key = (sid_h, nid, None if nid >= 0 else turn_nos[i])  # (note, or lone turn)
         group = groups.get(key)
@@ -571,16 +578,11 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: Hits, index: Sess
             if explain:
                 drop(i, "budget")
             continue
-        row, best = rows[i], bests[i] if bests[i] >= 0 else None
-        quoted = memo.get((row, best))
-        if quoted is None:
-            quoted = _quote_text(index, row, best)
-            index.remember_quote((row, best), *quoted)
         text, text_tokens = quoted
         cost = who_cost + text_tokens + 1  # the estimate is additive over these pieces
         if cost > left and not explain:  # (a day line or the memory block only add to it)
             continue
-        ts = stamps[i]
+        ts = hits.value("ts", i)
         day = ts.date() if not scoped else (ts.date(), sid_h)
         if day not in days:  # quotes are shown under one date line per day (and session)
             cost += 1 + (DAY_HEADER_TOKENS if not scoped else _session_day_tokens(

@@ -52,7 +52,13 @@ from cce_duck.writer import Writer
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["Engine", "Session"]
+__all__ = ["IN_MEMORY_MAX_TURNS", "Engine", "Session"]
+
+#: Sessions up to this many turns may have their contexts built on a server's event loop
+#: (:meth:`Engine.context_in_memory`: a few milliseconds); a longer one's context runs on a
+#: worker thread, where its larger array work releases the interpreter lock and the loop
+#: keeps answering other requests.
+IN_MEMORY_MAX_TURNS = 20_000
 
 
 class Engine(ManagementMixin):
@@ -381,8 +387,9 @@ class Engine(ManagementMixin):
         """:meth:`context`, when it can be built from memory alone, without waiting for
         anything: on a local file, none of the session's messages waiting to be stored, its
         index cached and current, the query embedded in microseconds (an embedder that says
-        it is ``cheap``), not an overview question (that one reads the tables). Else ``None``,
-        having done nothing: call :meth:`context`. The same context :meth:`context` gives.
+        it is ``cheap``), not an overview question (that one reads the tables), a session of
+        at most :data:`IN_MEMORY_MAX_TURNS` turns. Else ``None``, having done nothing: call
+        :meth:`context`. The same context :meth:`context` gives.
 
         A server answers these on its event loop: handing a call of a few milliseconds of
         Python to a thread costs more than the call (docs/concurrency.md)."""
@@ -396,8 +403,8 @@ class Engine(ManagementMixin):
         if is_overview_question(req.query):
             return None
         index = self.index.current(store, sid)  # (after the waiting check: a flush moves the
-        if index is None:                        # generation before it empties its buffer)
-            return None
+        if index is None or len(index.turn_no) > IN_MEMORY_MAX_TURNS:  # generation before it
+            return None                                                  # empties its buffer)
         payload = build_context(store, self.config, req, explain=explain, index=index)
         return self._served(payload, req, background=True)
 

@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cce_duck import Engine, ranking
+from cce_duck import engine as engine_module
 from cce_duck.errors import ValidationError
 from cce_duck.index import _products
 from cce_duck.management import CALLS_BATCH
@@ -86,7 +87,13 @@ def test_a_context_from_memory_is_the_context(stored: Engine) -> None:
     assert served == 2 * len(QUESTIONS) * len(windows)
 
 
-def test_it_declines_having_done_nothing(stored: Engine, tmp_path: Path) -> None:
+def test_it_declines_having_done_nothing(stored: Engine, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    # a long session's context runs on a thread (its array work releases the interpreter lock)
+    monkeypatch.setattr(engine_module, "IN_MEMORY_MAX_TURNS", 100)
+    assert stored.context_in_memory("a", "budget") is None  # (120 turns)
+    assert stored.context_in_memory("b", "budget") is not None  # (80 turns)
+    monkeypatch.undo()
     # an overview question reads the stored topics
     assert stored.context_in_memory("a", "What did we talk about so far?") is None
     # an unknown session, or one whose index is not loaded: the call loads nothing

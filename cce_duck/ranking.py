@@ -134,7 +134,7 @@ def sparse_products(mat: np.ndarray, q: np.ndarray) -> np.ndarray | None:
     nz = np.flatnonzero(q)
     if len(nz) * 4 > len(q) or not len(mat):
         return None
-    out: np.ndarray = np.asarray(mat[:, nz], dtype=np.float64) @ q[nz]
+    out: np.ndarray = np.take(mat, nz, axis=1).astype(np.float64) @ q[nz]
     return out
 
 

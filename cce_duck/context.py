@@ -461,22 +461,24 @@ def rerank(hits: list[dict[str, Any]], query: str, speakers: Iterable[str | None
     return out
 
 
-def _day_header(ts: datetime, chat: int | None = None) -> str:
+@lru_cache(maxsize=8192)
+def _day_header(day: date, chat: int | None = None) -> str:
     """The date line quotes of one day are shown under; across a user's sessions, with the
     session's place among them (``chat 3``: the user's third session in time order). Its id
     is in the payload's notes and the explain form, not in the tokens a model pays for: an id
-    such as a UUID would cost 20 tokens or more on every date line, a place 2."""
-    return f"[{ts:%Y-%m-%d}]" if chat is None else f"[{ts:%Y-%m-%d} · chat {chat}]"
+    such as a UUID would cost 20 tokens or more on every date line, a place 2. (Memoised: a
+    context has a dozen date lines, mostly of days other contexts showed too.)"""
+    return f"[{day:%Y-%m-%d}]" if chat is None else f"[{day:%Y-%m-%d} · chat {chat}]"
 
 
-DAY_HEADER_TOKENS = estimate_tokens(_day_header(datetime(2000, 1, 1)))  # the same for every day
+DAY_HEADER_TOKENS = estimate_tokens(_day_header(date(2000, 1, 1)))  # the same for every day
 
 
 @lru_cache(maxsize=8192)
 def _session_day_tokens(day: date, chat: int) -> int:
     """Tokens of the date line of a session's quotes of ``day`` (memoised: a user context
     prices one for most of its hits)."""
-    return estimate_tokens(_day_header(datetime(day.year, day.month, day.day), chat))
+    return estimate_tokens(_day_header(day, chat))
 
 
 def _note_header(n: dict[str, Any]) -> str:
@@ -672,6 +674,6 @@ def _render_memory(pins: list[str], notes: list[dict[str, Any]], overview: bool,
         at = (q["ts"].date(), q.get("session_id"))
         if at != day:
             day = at
-            out.append(_day_header(q["ts"], q.get("chat")))
+            out.append(_day_header(at[0], q.get("chat")))
         out.append(q["line"])
     return "\n".join(out)

@@ -81,7 +81,7 @@ _SCRATCH_BYTES = 192 * 1024  # one reading thread's float64 copy of a block of i
 _scratch = threading.local()
 
 
-def _products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
+def _products(vectors: Vectors, q: np.ndarray) -> np.ndarray:
     """``mat @ q`` in float64 for an int8 matrix (exact products, as the ranking specifies), a
     block of rows at a time, each block converted into the calling thread's scratch array
     (allocated once per thread and dimension): one float copy of the whole matrix (MBs) would
@@ -89,7 +89,13 @@ def _products(mat: np.ndarray, q: np.ndarray) -> np.ndarray:
     vectors), and a temporary copy per block costs an allocation per block (0.47 against
     0.24 ms for 1,467 vectors). A row's product does not depend on the rows around it, so the
     block size does not change the values. A query with few non-zero dimensions (a hashed
-    one: 25 to 60 of 384 on LoCoMo's questions) goes through :func:`ranking.sparse_products`."""
+    one: 25 to 60 of 384 on LoCoMo's questions) goes through :func:`ranking.sparse_products`,
+    over the vectors' copy by columns when they are in memory."""
+    cols = vectors.columns() if ranking.is_sparse(q) else None
+    sparse = ranking.sparse_products(cols, q, by_columns=True) if cols is not None else None
+    if sparse is not None:
+        return sparse
+    mat = vectors.all()
     sparse = ranking.sparse_products(mat, q)
     if sparse is not None:
         return sparse
@@ -171,7 +177,8 @@ class SessionIndex:
     def nbytes(self) -> int:
         """Approximate memory held, memoised quotes and the postings included (nothing of the
         arrays and postings shared with a user's joined index)."""
-        return self.base_bytes + self.quote_bytes + self.postings.nbytes
+        return self.base_bytes + self.quote_bytes + self.postings.nbytes + \
+            self.mvec.columns_nbytes + self.svec.columns_nbytes
 
     @cached_property
     def uncompressed(self) -> list[dict[str, Any]]:
@@ -389,6 +396,15 @@ class SessionIndex:
             cost[w] = estimate_tokens(w)
         return np.array([cost[w] for w in who], dtype=np.int64)
 
+    @property
+    def sentence_groups(self) -> ranking.SentenceGroups | None:
+        """:func:`ranking.sentence_groups` of the sentences, made again when they change."""
+        made = self.__dict__.get("_groups")
+        if made is None or made[0] is not self.s_row:
+            made = self.__dict__["_groups"] = (self.s_row, ranking.sentence_groups(self.s_row))
+        groups: ranking.SentenceGroups | None = made[1]
+        return groups
+
     def sentence_spans(self, row: int) -> list[tuple[int, int]]:
         """Character offsets of every sentence of the turn at ``row`` (empty when it has no
         sentence vectors: a short message)."""
@@ -432,8 +448,8 @@ class SessionIndex:
                   conversation: bool) -> Hits:
         q64 = q.astype(np.float64)
         dense, best_sentence = ranking.dense_scores(
-            _products(self.mvec.all(), q64), _products(self.svec.all(), q64), self.s_row,
-            self.s_no)
+            _products(self.mvec, q64), _products(self.svec, q64), self.s_row,
+            self.s_no, self.sentence_groups)
         terms = query_terms(query)
         bm25 = self._bm25(terms)
         recency = (self.turn_no + 1.0) / max(next_turn, 1)

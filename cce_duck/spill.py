@@ -186,6 +186,28 @@ def appended(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return buf[: n + m]
 
 
+def appended_columns(cols: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``cols`` (a ``(dim, n)`` matrix of columns) with the columns of ``rows.T`` after it, the
+    way :func:`appended` grows rows: a view of a buffer with room to spare, written in place
+    when ``cols`` is the widest view of it."""
+    n, m = cols.shape[1], len(rows)
+    base = cols.base
+    if isinstance(base, np.ndarray) and base.ndim == 2 and base.flags.c_contiguous and (
+            cols.ctypes.data == base.ctypes.data) and cols.strides == base.strides:
+        with _room_lock:
+            if _room_used.get(id(base)) == n and base.shape[1] >= n + m:
+                base[:, n : n + m] = rows.T
+                _room_used[id(base)] = n + m
+                return base[:, : n + m]
+    buf = np.empty((cols.shape[0], n + m + max(64, (n + m) // 2)), dtype=cols.dtype)
+    buf[:, :n] = cols
+    buf[:, n : n + m] = rows.T
+    with _room_lock:
+        _room_used[id(buf)] = n + m
+    weakref.finalize(buf, _room_used.pop, id(buf), None)
+    return buf[:, : n + m]
+
+
 def held_bytes(a: np.ndarray) -> int:
     """Bytes of ``a``, or of the whole buffer it is a growing view of (:func:`appended`)."""
     base = a.base
@@ -195,13 +217,15 @@ def held_bytes(a: np.ndarray) -> int:
 
 class Vectors:
     """int8 vectors of an index: an ``(n, dim)`` matrix in memory, or ``n`` rows of a
-    :class:`SpillFile` (``at``: their row numbers). Never changed once made."""
+    :class:`SpillFile` (``at``: their row numbers). Never changed once made (the copy of an
+    in-memory matrix by columns, :meth:`columns`, is made when first asked for)."""
 
-    __slots__ = ("at", "dim", "file", "mat")
+    __slots__ = ("at", "cols", "dim", "file", "mat")
 
     def __init__(self, mat: np.ndarray | None = None, *, file: SpillFile | None = None,
                  at: np.ndarray | None = None, dim: int | None = None) -> None:
         self.mat = mat
+        self.cols: np.ndarray | None = None
         self.file = file
         self.at = at if file is not None else None
         if mat is not None and file is None:
@@ -227,8 +251,30 @@ class Vectors:
     @property
     def nbytes(self) -> int:
         """Memory held (row numbers only, when spilled; the whole buffer of vectors grown in
-        place)."""
+        place), the copy by columns aside (:attr:`columns_nbytes`)."""
         return held_bytes(self.mat) if self.mat is not None else int(self._rows()[1].nbytes)
+
+    @property
+    def columns_nbytes(self) -> int:
+        """Memory held by the copy by columns (0 until it is made)."""
+        cols = self.cols
+        if cols is None:
+            return 0
+        base = cols.base
+        return int(base.nbytes) if isinstance(base, np.ndarray) else int(cols.nbytes)
+
+    def columns(self) -> np.ndarray | None:
+        """The vectors as a ``(dim, n)`` int8 matrix, each dimension's values side by side
+        (``None`` when spilled): made on first use and grown with :meth:`append`. A hashed
+        question has a few dozen non-zero dimensions; reading them by rows reads the whole
+        matrix, by columns a tenth of it."""
+        if self.mat is None:
+            return None
+        cols = self.cols
+        if cols is None:
+            cols = self.cols = appended_columns(np.empty((self.dim, 0), dtype=self.mat.dtype),
+                                                self.mat)
+        return cols
 
     def all(self) -> np.ndarray:
         """Every vector, as an ``(n, dim)`` int8 matrix (read from the file when spilled)."""
@@ -255,7 +301,11 @@ class Vectors:
         """These vectors followed by the rows of ``mat`` (written to the file when spilled; in
         memory grown in place when there is room: :func:`appended`)."""
         if self.mat is not None:
-            return Vectors(appended(self.mat, mat.reshape(-1, self.dim)))
+            rows = mat.reshape(-1, self.dim)
+            grown = Vectors(appended(self.mat, rows))
+            if self.cols is not None:
+                grown.cols = appended_columns(self.cols, rows)
+            return grown
         file, at = self._rows()
         return Vectors(file=file, at=np.concatenate([at, file.append(mat)]))
 

@@ -26,6 +26,7 @@ from cce_duck.management import CALLS_BATCH
 from cce_duck.ranking import sparse_products
 from cce_duck.server.keys import KeyRing
 from cce_duck.server.rest import create_app
+from cce_duck.spill import Vectors
 
 SAMPLE = Path(__file__).resolve().parents[1] / "cce_duck" / "data" / "sample_conversation.json"
 QUESTIONS = ["Which database did we choose and why?", "What was decided about the budget?",
@@ -143,22 +144,50 @@ def test_contexts_built_in_memory_are_recorded_by_another_thread(stored: Engine)
 def test_a_hashed_question_s_products_are_the_full_products(stored: Engine) -> None:
     idx = stored.index.current(stored.store, "a")
     assert idx is not None
-    mats = [idx.mvec.all(), idx.svec.all()]
+    vectors = [idx.mvec, idx.svec]
+    mats = [v.all() for v in vectors]
     questions = QUESTIONS[:-1] + [m["content"][:200] for m in _messages(1)]
     sparse_seen = 0
     for q in questions:
         qv = np.asarray(stored.store.embedder.embed([q], "query")[0], dtype=np.float32)
         q64 = qv.astype(np.float64)
-        for mat in mats:
+        for vec, mat in zip(vectors, mats, strict=True):
             full = mat.astype(np.float64) @ q64  # every dimension, one product
             got = sparse_products(mat, q64)
             if got is not None:
                 sparse_seen += 1
                 assert np.array_equal(got, full), q
-            assert np.array_equal(_products(mat, q64), full), q
+                by_cols = sparse_products(np.ascontiguousarray(mat.T), q64, by_columns=True)
+                assert by_cols is not None
+                assert np.array_equal(by_cols, full), q
+            assert np.array_equal(_products(vec, q64), full), q  # (by the columns)
+            assert np.array_equal(_products(Vectors(mat), q64), full), q
     assert sparse_seen >= len(questions)  # (hashed questions are sparse: the path was taken)
     dense = np.ones(mats[0].shape[1])
     assert sparse_products(mats[0], dense) is None
+    assert np.array_equal(_products(vectors[0], dense), mats[0].astype(np.float64) @ dense)
+
+
+def test_the_copy_by_columns_grows_with_the_vectors() -> None:
+    """Vectors appended to (in place or not) keep a copy by columns equal to their transpose,
+    and the rows an older view shows never change."""
+    rng = np.random.default_rng(7)
+    first = rng.integers(-127, 128, size=(5, 16), dtype=np.int8)
+    v = Vectors(first)
+    assert v.columns_nbytes == 0
+    assert np.array_equal(v.columns(), first.T)
+    assert v.columns_nbytes > 0
+    views = [(v, first)]
+    for n in (1, 3, 70, 2, 200):
+        rows = rng.integers(-127, 128, size=(n, 16), dtype=np.int8)
+        v = v.append(rows)
+        assert np.array_equal(v.columns(), v.all().T)
+        views.append((v, v.all().copy()))
+    branch = views[2][0].append(np.ones((4, 16), dtype=np.int8))  # (not the widest view)
+    assert np.array_equal(branch.columns(), branch.all().T)
+    for old, mat in views:
+        assert np.array_equal(old.all(), mat)
+        assert np.array_equal(old.columns(), mat.T)
 
 
 def test_a_server_answers_from_memory_while_a_write_holds_the_lock(stored: Engine) -> None:
@@ -220,3 +249,23 @@ def test_ranks_and_positions_are_what_their_definitions_give(n: int) -> None:
         at = {int(t): i for i, t in enumerate(values)}
         assert ranking._positions_of(values, wanted).tolist() == [at.get(int(w), -1)
                                                                   for w in wanted]
+
+
+def test_one_blas_thread_limits_and_restores() -> None:
+    """Inside the block (nested too) BLAS runs one thread; after it, what the process had."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from cce_duck.blas import one_blas_thread
+
+    def blas_threads() -> set[int]:
+        return {int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"}
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        outside = blas_threads()
+        assert outside
+        with one_blas_thread():
+            assert blas_threads() == {1}
+            with one_blas_thread():
+                assert blas_threads() == {1}
+            assert blas_threads() == {1}
+        assert blas_threads() == outside

@@ -544,10 +544,11 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: Hits, index: Sess
     turn_nos, rows, note_ids = hits.col("turn_no"), hits.col("row"), hits.raw("note_id")
     bests, speakers, roles = hits.raw("best_sentence"), hits.col("speaker"), hits.col("role")
     session_ids: list[str] = hits.col("session_id") if scoped else []
+    fused, dense, bm25, recency = (hits.col(k) for k in ("fused", "dense", "bm25", "recency"))
 
     def drop(i: int, reason: str) -> None:
         dropped.append({"turn_no": turn_nos[i], "note_id": note_ids[i] if note_ids[i] >= 0
-                        else None, "reason": reason, "fused": hits.value("fused", i)})
+                        else None, "reason": reason, "fused": fused[i]})
 
     for i in range(len(hits)):
         left = total - used
@@ -613,9 +614,8 @@ def _quotes(store: Store, sid: str, req: ContextRequest, hits: Hits, index: Sess
             if scoped:
                 group["session_id"] = sid_h
         days.add(day)
-        quote = {"turn_no": turn_nos[i], "dense": hits.value("dense", i),
-                 "bm25": hits.value("bm25", i), "recency": hits.value("recency", i),
-                 "fused": hits.value("fused", i), "rank": i + 1,
+        quote = {"turn_no": turn_nos[i], "dense": dense[i], "bm25": bm25[i],
+                 "recency": recency[i], "fused": fused[i], "rank": i + 1,
                  "speaker": who, "text": text, "line": f"{who}: {text}", "ts": ts}
         if scoped:
             quote.update(session_id=sid_h, pos=hits.value("pos", i), chat=chats.get(sid_h, 0))

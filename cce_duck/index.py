@@ -396,6 +396,23 @@ class SessionIndex:
             cost[w] = estimate_tokens(w)
         return np.array([cost[w] for w in who], dtype=np.int64)
 
+    def objects(self, name: str) -> np.ndarray:
+        """``role`` or ``speaker`` as an object array (picked from by rows in C), kept and
+        grown with the list (the lists only grow: :meth:`_append`; a copy's are equal)."""
+        values: list[Any] = getattr(self, name)
+        made: np.ndarray | None = self.__dict__.get(f"_{name}_objects")
+        if made is None or len(made) > len(values):
+            made = np.empty(len(values), dtype=object)
+            made[:] = values
+        elif len(made) < len(values):
+            tail = np.empty(len(values) - len(made), dtype=object)
+            tail[:] = values[len(made):]
+            made = np.concatenate([made, tail])
+        else:
+            return made
+        self.__dict__[f"_{name}_objects"] = made
+        return made
+
     @property
     def sentence_groups(self) -> ranking.SentenceGroups | None:
         """:func:`ranking.sentence_groups` of the sentences, made again when they change."""
@@ -458,11 +475,10 @@ class SessionIndex:
         if isinstance(cand, slice):  # a run of rows: views, no copies
             if cand.stop <= cand.start:
                 return Hits.empty()
-            speakers = self.speaker[cand]
-        else:
-            if not len(cand):
-                return Hits.empty()
-            speakers = [self.speaker[r] for r in cand]
+        elif not len(cand):
+            return Hits.empty()
+        speaker = self.objects("speaker")
+        speakers = speaker[cand]
         tn = self.turn_no[cand]
         extra: dict[str, np.ndarray] = {}
         if conversation:
@@ -473,11 +489,9 @@ class SessionIndex:
                               recency_weight=recency_weight, rrf_k=rrf_k, **extra)
         # the hits' rows, best first
         rows = ranked.order + cand.start if isinstance(cand, slice) else cand[ranked.order]
-        row_list = rows.tolist()
         cols: dict[str, Any] = {
             "turn_no": tn[ranked.order], "row": rows, "note_id": self.note_id[rows],
-            "role": [self.role[r] for r in row_list],
-            "speaker": [self.speaker[r] for r in row_list], "ts": self.ts[rows],
+            "role": self.objects("role")[rows], "speaker": speaker[rows], "ts": self.ts[rows],
             "dense": dense[rows], "best_sentence": best_sentence[rows], "bm25": bm25[rows],
             "recency": recency[rows], "asks": self.asks[rows],
             "n_terms": self.n_terms[rows].astype(np.int64), "fused": ranked.fused}
@@ -512,7 +526,10 @@ class SessionIndex:
         return {sp: cached_terms(sp) for sp in set(self.speaker) if sp}
 
     def _bm25(self, terms: list[tuple[str, float]]) -> np.ndarray:
-        return ranking.bm25_scores(self.n_terms, self.postings.of_terms(terms))
+        made = self.__dict__.get("_bm25_norm")
+        if made is None or made[0] is not self.n_terms:
+            made = self.__dict__["_bm25_norm"] = (self.n_terms, ranking.bm25_norm(self.n_terms))
+        return ranking.bm25_scores(self.n_terms, self.postings.of_terms(terms), made[1])
 
 
 _SIDE_READS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cce-index-load")

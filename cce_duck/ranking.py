@@ -52,6 +52,7 @@ __all__ = [
     "Ranked",
     "SentenceGroups",
     "Spec",
+    "bm25_norm",
     "bm25_scores",
     "conversation_scores",
     "dense_scores",
@@ -205,29 +206,55 @@ def dense_scores(m_raw: np.ndarray, s_raw: np.ndarray, s_row: np.ndarray, s_no: 
     return dense, best
 
 
-def bm25_scores(n_terms: np.ndarray, postings: Iterable[tuple[float, np.ndarray, np.ndarray]]
-                ) -> np.ndarray:
+def bm25_norm(n_terms: np.ndarray) -> np.ndarray:
+    """The length normalisation of each turn in BM25: ``k1 * (1 - b + b * n_terms / avgdl)``
+    (it depends on the turns only: an index keeps it between questions)."""
+    s = spec()
+    avgdl = max(float(n_terms.mean()), s.bm25_min_avgdl) if len(n_terms) else s.bm25_min_avgdl
+    norm: np.ndarray = s.bm25_k1 * ((1 - s.bm25_b) + s.bm25_b * n_terms / avgdl)
+    return norm
+
+
+def bm25_scores(n_terms: np.ndarray, postings: Iterable[tuple[float, np.ndarray, np.ndarray]],
+                norm: np.ndarray | None = None) -> np.ndarray:
     """BM25 score of each of ``len(n_terms)`` turns.
 
     ``postings`` gives, per question term in the question's order, its weight, the rows of the
-    turns holding it and their stored term frequencies.
+    turns holding it and their stored term frequencies; ``norm``: :func:`bm25_norm` of
+    ``n_terms``, when the caller keeps it. The terms' parts are added to each turn's score in
+    the question's order (one ``bincount`` over the terms' rows laid end to end adds them in
+    that order: the same float64 sums as one term at a time).
     """
-    s = spec()
     n = len(n_terms)
-    out = np.zeros(n)
     if not n:
-        return out
-    avgdl = max(float(n_terms.mean()), s.bm25_min_avgdl)
-    k1, b = s.bm25_k1, s.bm25_b
-    norm = k1 * ((1 - b) + b * n_terms / avgdl)
+        return np.zeros(n)
+    k1 = spec().bm25_k1
+    if norm is None:
+        norm = bm25_norm(n_terms)
+    weights: list[float] = []
+    rows_of: list[np.ndarray] = []
+    tf_of: list[np.ndarray] = []
     for weight, rows, tf in postings:
         df = len(rows)
         if not df:
             continue
         idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
-        tf = tf.astype(np.float64)
-        out[rows] += weight * idf * tf * (k1 + 1) / (tf + norm[rows])  # (a turn once per term)
-    return out
+        weights.append(weight * idf)
+        rows_of.append(rows)
+        tf_of.append(tf)
+    if not weights:
+        return np.zeros(n)
+    if len(weights) == 1:
+        rows, tf = rows_of[0], tf_of[0].astype(np.float64)
+        out = np.zeros(n)
+        out[rows] = weights[0] * tf * (k1 + 1) / (tf + norm[rows])  # (a turn once per term)
+        return out
+    rows = np.concatenate(rows_of)
+    tf = np.concatenate(tf_of).astype(np.float64)
+    w = np.repeat(np.asarray(weights, dtype=np.float64), [len(r) for r in rows_of])
+    parts = w * tf * (k1 + 1) / (tf + norm[rows])
+    summed: np.ndarray = np.bincount(rows, weights=parts, minlength=n)
+    return summed
 
 
 def _ranks(score: np.ndarray, turn_no: np.ndarray) -> np.ndarray:
@@ -449,10 +476,13 @@ def _best(score: np.ndarray, turn_no: np.ndarray, k: int) -> np.ndarray:
     return sel[np.lexsort((-turn_no[sel], -score[sel]))][:k]
 
 
-def other_speakers(speaker: Sequence[str | None], named: set[str]) -> np.ndarray:
+def other_speakers(speaker: Sequence[str | None] | np.ndarray, named: set[str]) -> np.ndarray:
     """Marks of turns by someone else than the one speaker ``named`` (none unless exactly one)."""
     if len(named) != 1:
         return np.zeros(len(speaker), dtype=bool)
+    if isinstance(speaker, np.ndarray):  # (an object array: one comparison in C)
+        (name,) = named
+        return np.asarray(speaker != name, dtype=bool)
     return np.array([sp not in named for sp in speaker], dtype=bool)
 
 

@@ -81,24 +81,24 @@ _SCRATCH_BYTES = 192 * 1024  # one reading thread's float64 copy of a block of i
 _scratch = threading.local()
 
 
-def _products(vectors: Vectors, q: np.ndarray) -> np.ndarray:
-    """``mat @ q`` in float64 for an int8 matrix (exact products, as the ranking specifies), a
-    block of rows at a time, each block converted into the calling thread's scratch array
-    (allocated once per thread and dimension): one float copy of the whole matrix (MBs) would
-    be mapped and faulted in afresh by every query (4-6 ms instead of 0.3 ms for 3,600
-    vectors), and a temporary copy per block costs an allocation per block (0.47 against
-    0.24 ms for 1,467 vectors). A row's product does not depend on the rows around it, so the
-    block size does not change the values. A query with few non-zero dimensions (a hashed
-    one: 25 to 60 of 384 on LoCoMo's questions) goes through :func:`ranking.sparse_products`,
-    over the vectors' copy by columns when they are in memory."""
-    cols = vectors.columns() if ranking.is_sparse(q) else None
-    sparse = ranking.sparse_products(cols, q, by_columns=True) if cols is not None else None
-    if sparse is not None:
-        return sparse
+def _products(vectors: Vectors, q: np.ndarray, dims: np.ndarray | None) -> np.ndarray:
+    """``vectors @ q`` in float64 for int8 vectors (exact products, as the ranking specifies).
+    A query with few non-zero dimensions ``dims`` (:func:`ranking.sparse_dims`: a hashed one,
+    25 to 60 of 384 on LoCoMo's questions) goes through :func:`ranking.sparse_products`, over
+    the vectors' copy by columns when they are in memory. Else a block of rows at a time, each
+    block converted into the calling thread's scratch array (allocated once per thread and
+    dimension): one float copy of the whole matrix (MBs) would be mapped and faulted in afresh
+    by every query (4-6 ms instead of 0.3 ms for 3,600 vectors), and a temporary copy per
+    block costs an allocation per block (0.47 against 0.24 ms for 1,467 vectors). A row's
+    product does not depend on the rows around it, so the block size does not change the
+    values."""
+    if dims is not None:
+        cols = vectors.columns()
+        sparse = ranking.sparse_products(cols, q, dims, by_columns=True) if cols is not None \
+            else ranking.sparse_products(vectors.all(), q, dims)
+        if sparse is not None:
+            return sparse
     mat = vectors.all()
-    sparse = ranking.sparse_products(mat, q)
-    if sparse is not None:
-        return sparse
     out = np.empty(len(mat), dtype=np.float64)
     dim = max(mat.shape[1], 1)
     buf: np.ndarray | None = getattr(_scratch, "buf", None)
@@ -464,8 +464,9 @@ class SessionIndex:
                   before_turn: int | None, recency_weight: float | None, rrf_k: int | None,
                   conversation: bool) -> Hits:
         q64 = q.astype(np.float64)
+        dims = ranking.sparse_dims(q64)
         dense, best_sentence = ranking.dense_scores(
-            _products(self.mvec, q64), _products(self.svec, q64), self.s_row,
+            _products(self.mvec, q64, dims), _products(self.svec, q64, dims), self.s_row,
             self.s_no, self.sentence_groups)
         terms = query_terms(query)
         bm25 = self._bm25(terms)

@@ -160,12 +160,14 @@ def test_a_hashed_question_s_products_are_the_full_products(stored: Engine) -> N
                 by_cols = sparse_products(np.ascontiguousarray(mat.T), q64, by_columns=True)
                 assert by_cols is not None
                 assert np.array_equal(by_cols, full), q
-            assert np.array_equal(_products(vec, q64), full), q  # (by the columns)
-            assert np.array_equal(_products(Vectors(mat), q64), full), q
+            assert np.array_equal(_products(vec, q64, ranking.sparse_dims(q64)), full), q  # (by the columns)
+            assert np.array_equal(_products(Vectors(mat), q64, ranking.sparse_dims(q64)), full), q
     assert sparse_seen >= len(questions)  # (hashed questions are sparse: the path was taken)
     dense = np.ones(mats[0].shape[1])
     assert sparse_products(mats[0], dense) is None
-    assert np.array_equal(_products(vectors[0], dense), mats[0].astype(np.float64) @ dense)
+    assert ranking.sparse_dims(dense) is None
+    assert np.array_equal(_products(vectors[0], dense, ranking.sparse_dims(dense)),
+                          mats[0].astype(np.float64) @ dense)
 
 
 def test_the_copy_by_columns_grows_with_the_vectors() -> None:
@@ -269,3 +271,30 @@ def test_one_blas_thread_limits_and_restores() -> None:
                 assert blas_threads() == {1}
             assert blas_threads() == {1}
         assert blas_threads() == outside
+
+
+def test_sparse_products_are_taken_only_where_they_are_exact() -> None:
+    """The non-zero dimensions alone are used only when the sums are exact: few of them,
+    float32 values within 2**10 of each other; the products then equal the full ones."""
+    rng = np.random.default_rng(3)
+    mat = rng.integers(-127, 128, size=(300, 384), dtype=np.int8)
+    q = np.zeros(384)
+    q[rng.choice(384, 60, replace=False)] = rng.choice([0.11, -0.053, 0.2], 60).astype(np.float32)
+    dims = ranking.sparse_dims(q)
+    assert dims is not None
+    assert len(dims) == 60
+    full = mat.astype(np.float64) @ q
+    got = sparse_products(mat, q, dims)
+    assert got is not None
+    assert np.array_equal(got, full)
+    wide = q.copy()
+    wide[dims[0]] = np.float32(q[dims[1]] * 2.0 ** 12)  # values too far apart to sum exactly
+    assert ranking.sparse_dims(wide) is None
+    assert sparse_products(mat, wide) is None
+    not_f32 = q.copy()
+    not_f32[dims[0]] = 0.1  # a float64 with more bits than a float32 holds
+    assert ranking.sparse_dims(not_f32) is None
+    many = np.full(384, 0.05)
+    many[:200] = 0.0  # 184 non-zero: more than a quarter
+    assert ranking.sparse_dims(many) is None
+    assert ranking.sparse_dims(np.zeros(384)) is None

@@ -8,6 +8,7 @@ import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +30,14 @@ if TYPE_CHECKING:
     from cce_duck.store import Store
     from cce_duck.writer import Writer
 
-__all__ = ["CALLS_BATCH", "ManagementMixin"]
+__all__ = ["CALLS_BATCH", "CALLS_MAX_AGE", "ManagementMixin"]
 
-#: Built contexts are recorded for stats in batches of this size (and on stats and close).
-CALLS_BATCH = 64
+#: Built contexts are recorded for stats in batches of this size, or sooner once the oldest
+#: waiting one is :data:`CALLS_MAX_AGE` old (and on stats and close). A batch is one insert
+#: and commit: about 6 ms of CPU whatever its size, 95 us per context in batches of 64 on a
+#: busy server (a fortieth of a context), 12 us in batches of 512.
+CALLS_BATCH = 512
+CALLS_MAX_AGE = timedelta(seconds=5)
 
 #: Stores the batches of contexts built on a server's event loop (one at a time).
 _BOOKKEEPING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cce-bookkeeping")
@@ -67,14 +72,16 @@ class ManagementMixin:
     # -- context bookkeeping (for stats) ------------------------------------
 
     def _record_context(self, payload: ContextPayload, *, background: bool = False) -> None:
-        """Remember the size of a built context; written in batches (stats, close, every 64:
-        by the caller, or with ``background`` by a thread of its own)."""
+        """Remember the size of a built context; written in batches (stats, close, every
+        :data:`CALLS_BATCH` or once the oldest waiting is :data:`CALLS_MAX_AGE` old: by the
+        caller, or with ``background`` by a thread of its own)."""
         if self.store.read_only:
             return
-        self._context_calls.append({
-            "session_id": payload.session_id, "called_at": now(), "max_tokens": payload.max_tokens,
+        calls, at = self._context_calls, now()
+        calls.append({
+            "session_id": payload.session_id, "called_at": at, "max_tokens": payload.max_tokens,
             "tokens_sent": payload.tokens, "history_tokens": payload.history_tokens})
-        if len(self._context_calls) >= CALLS_BATCH:
+        if len(calls) >= CALLS_BATCH or at - calls[0]["called_at"] >= CALLS_MAX_AGE:
             if not background:
                 self._flush_context_calls()
             elif not self._calls_queued.is_set():

@@ -18,11 +18,11 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from cce_duck import Engine, ranking
+from cce_duck import Engine, management, ranking
 from cce_duck import engine as engine_module
 from cce_duck.errors import ValidationError
 from cce_duck.index import _products
-from cce_duck.management import CALLS_BATCH
+from cce_duck.management import CALLS_BATCH, CALLS_MAX_AGE
 from cce_duck.ranking import sparse_products
 from cce_duck.server.keys import KeyRing
 from cce_duck.server.rest import create_app
@@ -139,6 +139,25 @@ def test_contexts_built_in_memory_are_recorded_by_another_thread(stored: Engine)
     assert _calls(stored) - before >= CALLS_BATCH
     stored.stats()  # the rest is stored by stats, as before
     assert _calls(stored) == before + CALLS_BATCH + 5
+
+
+def test_a_waiting_batch_of_built_contexts_is_stored_once_old_enough(
+        stored: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    stored.stats()
+    before = _calls(stored)
+    start = datetime(2026, 3, 1, 12, 0)
+    monkeypatch.setattr(management, "now", lambda: start)
+    for q in QUESTIONS[:3]:  # a few, far fewer than a batch: they wait
+        assert stored.context_in_memory("a", q) is not None
+    time.sleep(0.3)
+    assert _calls(stored) == before
+    monkeypatch.setattr(management, "now", lambda: start + CALLS_MAX_AGE)
+    assert stored.context_in_memory("a", QUESTIONS[3]) is not None  # the oldest is now old
+    deadline = time.monotonic() + 10
+    while _calls(stored) < before + 4:
+        assert time.monotonic() < deadline, "the old batch of built contexts was never stored"
+        time.sleep(0.05)
+    assert _calls(stored) == before + 4
 
 
 def test_a_hashed_question_s_products_are_the_full_products(stored: Engine) -> None:

@@ -78,7 +78,20 @@ def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
 
 
 _SCRATCH_BYTES = 192 * 1024  # one reading thread's float64 copy of a block of int8 vectors
+_SPARSE_SCRATCH_BYTES = 2 * 1024 * 1024  # and of a hashed question's columns, at most
 _scratch = threading.local()
+
+
+def _sparse_scratch(values: int) -> np.ndarray | None:
+    """The calling thread's float64 scratch for :func:`ranking.sparse_products` with room for
+    ``values`` (grown as asked, up to :data:`_SPARSE_SCRATCH_BYTES`; ``None`` past it)."""
+    if values * 8 > _SPARSE_SCRATCH_BYTES:
+        return None
+    buf: np.ndarray | None = getattr(_scratch, "flat", None)
+    if buf is None or len(buf) < values:
+        buf = _scratch.flat = np.empty(min(2 * values, _SPARSE_SCRATCH_BYTES // 8),
+                                       dtype=np.float64)
+    return buf
 
 
 def _products(vectors: Vectors, q: np.ndarray, dims: np.ndarray | None) -> np.ndarray:
@@ -94,8 +107,10 @@ def _products(vectors: Vectors, q: np.ndarray, dims: np.ndarray | None) -> np.nd
     values."""
     if dims is not None:
         cols = vectors.columns()
-        sparse = ranking.sparse_products(cols, q, dims, by_columns=True) if cols is not None \
-            else ranking.sparse_products(vectors.all(), q, dims)
+        scratch = _sparse_scratch(len(dims) * len(vectors))
+        sparse = ranking.sparse_products(cols, q, dims, by_columns=True, scratch=scratch) \
+            if cols is not None else ranking.sparse_products(vectors.all(), q, dims,
+                                                             scratch=scratch)
         if sparse is not None:
             return sparse
     mat = vectors.all()

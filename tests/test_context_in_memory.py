@@ -317,3 +317,42 @@ def test_sparse_products_are_taken_only_where_they_are_exact() -> None:
     many[:200] = 0.0  # 184 non-zero: more than a quarter
     assert ranking.sparse_dims(many) is None
     assert ranking.sparse_dims(np.zeros(384)) is None
+
+
+def test_sparse_products_in_a_reused_scratch_are_the_full_products() -> None:
+    """A reading thread converts a hashed question's columns into one float buffer of its own,
+    reused by every question (no array of 100s of KB mapped and faulted in per call): the
+    products are the same, and an earlier result is not overwritten by a later question."""
+    from cce_duck.index import _SPARSE_SCRATCH_BYTES, _sparse_scratch
+
+    rng = np.random.default_rng(5)
+    mat = rng.integers(-127, 128, size=(2000, 384), dtype=np.int8)
+    cols = np.ascontiguousarray(mat.T)
+    results = []
+    scratch = _sparse_scratch(60 * len(mat))
+    assert scratch is not None
+    assert scratch.size >= 60 * len(mat)
+    for seed in range(3):
+        q = np.zeros(384)
+        q[np.random.default_rng(seed).choice(384, 60, replace=False)] = np.float32(0.07)
+        q[rng.choice(384, 5)] = np.float32(-0.031)
+        dims = ranking.sparse_dims(q)
+        assert dims is not None
+        by_rows = sparse_products(mat, q, dims, scratch=scratch)
+        by_cols = sparse_products(cols, q, dims, by_columns=True, scratch=scratch)
+        full = mat.astype(np.float64) @ q
+        assert by_rows is not None
+        assert by_cols is not None
+        assert np.array_equal(by_rows, full)
+        assert np.array_equal(by_cols, full)
+        results.append((by_cols, full.copy()))
+    for got, want in results:  # (each result is its own array, not a view of the scratch)
+        assert np.array_equal(got, want)
+    assert _sparse_scratch(60 * len(mat)) is scratch  # the thread's one buffer, reused
+    assert _sparse_scratch(_SPARSE_SCRATCH_BYTES // 8 + 1) is None  # too large: allocated
+    small = np.empty(10)  # a scratch without room is not used
+    q = np.zeros(384)
+    q[:40] = np.float32(0.25)
+    got = sparse_products(cols, q, None, by_columns=True, scratch=small)
+    assert got is not None
+    assert np.array_equal(got, mat.astype(np.float64) @ q)

@@ -11,7 +11,11 @@ allocates (DuckDB's workers, the index loader) may get a heap of its own. :func:
 fixes the threshold at 64 KB, so such blocks are mapped on their own and unmapped when freed,
 and allows two heaps. Measured with ``benchmarks/speed.py --child-memory hash`` (95,000
 messages, then 12 cached session indexes; 2026-11-30): 108.1-114.1 MB added without it (three
-runs), 97.1 and 100.5 with the threshold alone, 95.7 with both; ingestion no slower.
+runs), 97.1 and 100.5 with the threshold alone, 95.7 with both; ingestion no slower. The
+price: a block of 64 KB or more is mapped, faulted in page by page and unmapped at every use,
+so code run once per request keeps its larger scratch arrays (``cce_duck.index``: a fresh
+float copy of a hashed question's columns cost a context 161 page faults and 0.48 ms of
+system time on a server, 2026-12-03).
 
 PyArrow allocates from its own pool (mimalloc), which keeps freed pages for reuse until asked
 to return them: a user's index is read from DuckDB as Arrow tables of a hundred megabytes or

@@ -77,19 +77,21 @@ def _int8_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
     return flat.astype(np.int8, copy=False).reshape(-1, dim)
 
 
-_SCRATCH_BYTES = 192 * 1024  # one reading thread's float64 copy of a block of int8 vectors
-_SPARSE_SCRATCH_BYTES = 2 * 1024 * 1024  # and of a hashed question's columns, at most
+_SCRATCH_BYTES = 192 * 1024  # a block of int8 vectors converted to float64 at a time
+_SCRATCH_MAX_BYTES = 2 * 1024 * 1024  # the most a reading thread keeps (a question's columns)
 _scratch = threading.local()
 
 
-def _sparse_scratch(values: int) -> np.ndarray | None:
-    """The calling thread's float64 scratch for :func:`ranking.sparse_products` with room for
-    ``values`` (grown as asked, up to :data:`_SPARSE_SCRATCH_BYTES`; ``None`` past it)."""
-    if values * 8 > _SPARSE_SCRATCH_BYTES:
+def _thread_floats(values: int) -> np.ndarray | None:
+    """The calling thread's flat float64 scratch with room for ``values`` (grown as asked, up
+    to :data:`_SCRATCH_MAX_BYTES`; ``None`` past it): kept, because under the allocator
+    tuning of the processes cce_duck owns a fresh array of 64 KB or more is mapped and faulted
+    in afresh at every use (:mod:`cce_duck.allocator`)."""
+    if values * 8 > _SCRATCH_MAX_BYTES:
         return None
     buf: np.ndarray | None = getattr(_scratch, "flat", None)
     if buf is None or len(buf) < values:
-        buf = _scratch.flat = np.empty(min(2 * values, _SPARSE_SCRATCH_BYTES // 8),
+        buf = _scratch.flat = np.empty(min(2 * values, _SCRATCH_MAX_BYTES // 8),
                                        dtype=np.float64)
     return buf
 
@@ -99,15 +101,14 @@ def _products(vectors: Vectors, q: np.ndarray, dims: np.ndarray | None) -> np.nd
     A query with few non-zero dimensions ``dims`` (:func:`ranking.sparse_dims`: a hashed one,
     25 to 60 of 384 on LoCoMo's questions) goes through :func:`ranking.sparse_products`, over
     the vectors' copy by columns when they are in memory. Else a block of rows at a time, each
-    block converted into the calling thread's scratch array (allocated once per thread and
-    dimension): one float copy of the whole matrix (MBs) would be mapped and faulted in afresh
-    by every query (4-6 ms instead of 0.3 ms for 3,600 vectors), and a temporary copy per
-    block costs an allocation per block (0.47 against 0.24 ms for 1,467 vectors). A row's
-    product does not depend on the rows around it, so the block size does not change the
-    values."""
+    block converted into the calling thread's scratch array (:func:`_thread_floats`): one
+    float copy of the whole matrix (MBs) would be mapped and faulted in afresh by every query
+    (4-6 ms instead of 0.3 ms for 3,600 vectors), and a temporary copy per block costs an
+    allocation per block (0.47 against 0.24 ms for 1,467 vectors). A row's product does not
+    depend on the rows around it, so the block size does not change the values."""
     if dims is not None:
         cols = vectors.columns()
-        scratch = _sparse_scratch(len(dims) * len(vectors))
+        scratch = _thread_floats(len(dims) * len(vectors))
         sparse = ranking.sparse_products(cols, q, dims, by_columns=True, scratch=scratch) \
             if cols is not None else ranking.sparse_products(vectors.all(), q, dims,
                                                              scratch=scratch)
@@ -116,11 +117,9 @@ def _products(vectors: Vectors, q: np.ndarray, dims: np.ndarray | None) -> np.nd
     mat = vectors.all()
     out = np.empty(len(mat), dtype=np.float64)
     dim = max(mat.shape[1], 1)
-    buf: np.ndarray | None = getattr(_scratch, "buf", None)
-    if buf is None or buf.shape[1] != dim:
-        buf = np.empty((max(1, _SCRATCH_BYTES // (8 * dim)), dim), dtype=np.float64)
-        _scratch.buf = buf
-    rows = len(buf)
+    rows = max(1, _SCRATCH_BYTES // (8 * dim))
+    flat = _thread_floats(rows * dim)
+    buf = flat[: rows * dim].reshape(rows, dim) if flat is not None else np.empty((rows, dim))
     for i in range(0, len(mat), rows):
         r = min(rows, len(mat) - i)
         np.copyto(buf[:r], mat[i : i + r], casting="unsafe")

@@ -323,13 +323,13 @@ def test_sparse_products_in_a_reused_scratch_are_the_full_products() -> None:
     """A reading thread converts a hashed question's columns into one float buffer of its own,
     reused by every question (no array of 100s of KB mapped and faulted in per call): the
     products are the same, and an earlier result is not overwritten by a later question."""
-    from cce_duck.index import _SPARSE_SCRATCH_BYTES, _sparse_scratch
+    from cce_duck.index import _SCRATCH_MAX_BYTES, _thread_floats
 
     rng = np.random.default_rng(5)
     mat = rng.integers(-127, 128, size=(2000, 384), dtype=np.int8)
     cols = np.ascontiguousarray(mat.T)
     results = []
-    scratch = _sparse_scratch(60 * len(mat))
+    scratch = _thread_floats(60 * len(mat))
     assert scratch is not None
     assert scratch.size >= 60 * len(mat)
     for seed in range(3):
@@ -348,8 +348,8 @@ def test_sparse_products_in_a_reused_scratch_are_the_full_products() -> None:
         results.append((by_cols, full.copy()))
     for got, want in results:  # (each result is its own array, not a view of the scratch)
         assert np.array_equal(got, want)
-    assert _sparse_scratch(60 * len(mat)) is scratch  # the thread's one buffer, reused
-    assert _sparse_scratch(_SPARSE_SCRATCH_BYTES // 8 + 1) is None  # too large: allocated
+    assert _thread_floats(60 * len(mat)) is scratch  # the thread's one buffer, reused
+    assert _thread_floats(_SCRATCH_MAX_BYTES // 8 + 1) is None  # too large: allocated
     small = np.empty(10)  # a scratch without room is not used
     q = np.zeros(384)
     q[:40] = np.float32(0.25)

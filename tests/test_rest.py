@@ -182,6 +182,15 @@ def test_health_docs_cors_without_key(rest: TestClient) -> None:
     assert rest.get("/docs").status_code == 200
     spec = rest.get("/openapi.json").json()
     assert "/v1/sessions/{session_id}/context" in spec["paths"]
+    # how to present a key is stated on every operation that needs one, and only there (the
+    # routes read the headers themselves: see cce_duck.server.deps.KeyedRoute)
+    assert set(spec["components"]["securitySchemes"]) == {"APIKeyHeader", "HTTPBearer"}
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            keyed = op.get("security") == [{"APIKeyHeader": []}, {"HTTPBearer": []}]
+            assert keyed == path.startswith("/v1/"), (method, path)
+            if keyed and "{" not in path and method in ("get", "post"):
+                assert getattr(rest, method)(path).status_code == 401, (method, path)
     r = rest.options("/v1/sessions", headers={"Origin": "http://app.example",
                                               "Access-Control-Request-Method": "GET"})
     assert r.headers.get("access-control-allow-origin") == "http://app.example"

@@ -12,7 +12,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from cce_duck.engine import Engine
-from cce_duck.server.deps import G, Sid, frame_rows
+from cce_duck.server.deps import G, KeyedRoute, Sid, frame_rows
 from cce_duck.server.keys import KeyRing
 from cce_duck.server.rest import create_app
 
@@ -21,7 +21,7 @@ __all__ = ["STATIC", "create_dashboard_app", "router"]
 #: The page, its script and its style sheet.
 STATIC = Path(str(files("cce_duck.dashboard") / "static"))
 
-router = APIRouter(prefix="/v1/sessions/{session_id}")
+router = APIRouter(prefix="/v1/sessions/{session_id}", route_class=KeyedRoute)
 
 
 @router.get("/turns", tags=["dashboard"])

@@ -6,12 +6,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
-from cce_duck.server.deps import G, Sid, frame_rows
+from cce_duck.server.deps import G, KeyedRoute, Sid, frame_rows
 from cce_duck.server.models import ForgetIn, NotePatch, PinIn, PinUpdate, TurnPatch
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/sessions/{session_id}")
+router = APIRouter(prefix="/v1/sessions/{session_id}", route_class=KeyedRoute)
 
 #: Pin, note and turn ids in paths.
 Id = Annotated[int, Path(ge=0, le=2**53)]

@@ -19,7 +19,7 @@ from cce_duck.engine import Engine
 from cce_duck.messages import validate_session_id
 from cce_duck.server import manage_routes
 from cce_duck.server.access import check_answering_session, writing_user
-from cce_duck.server.deps import G, Sid, Uid, Who, frame_rows
+from cce_duck.server.deps import G, KeyedRoute, Sid, Uid, Who, document_keys, frame_rows
 from cce_duck.server.http import (
     BodyLimit,
     Guard,
@@ -40,7 +40,7 @@ from cce_duck.server.models import (
 
 __all__ = ["create_app", "router"]
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=KeyedRoute)
 
 
 @router.post("/compress", tags=["stateless"])
@@ -206,6 +206,7 @@ def create_app(engine: Engine, keys: KeyRing | None = None, *, cors_origins: lis
         description="Memory for AI assistants on DuckDB: sessions, context, management.")
     app.state.guard = Guard(engine, keys if keys is not None else KeyRing.from_env())
     install_error_handlers(app)
+    document_keys(app)
     app.include_router(router)
     app.include_router(manage_routes.router)
     app.add_api_route("/health", _health, methods=["GET"], tags=["health"],

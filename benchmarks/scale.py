@@ -11,7 +11,8 @@ Sections (one function each; each returns a dict that goes into the results unde
   ``--seconds``, on a store of the LoCoMo dev conversations (one session each). The same store is
   served by the code of the baseline commit (a ``git archive`` of it put first on
   ``PYTHONPATH`` of the server process) and by this checkout, each server on its own byte copy
-  of the store, both running and loaded in turn (``--rounds``, order alternating); reported:
+  of the store, both running and loaded in turn (``--rounds`` of a second each by default,
+  order alternating: a burst of the shared machine's other work then falls on both); reported:
   requests/s, p50/p95 latency of each and the throughput ratio, against the target of issue
   "Past one machine" (>= 5x, p95 <= 100 ms).
 
@@ -559,8 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     ap.add_argument("--seconds", type=float, default=20.0,
                     help="seconds of load per server (default 20)")
-    ap.add_argument("--rounds", type=int, default=4,
-                    help="rounds the load of each server is split in, alternating (default 4)")
+    ap.add_argument("--rounds", type=int, default=20,
+                    help="rounds the load of each server is split in, alternating (default 20)")
     ap.add_argument("--baseline", default=BASELINE_REF,
                     help=f"commit the local-file figures compare with (default {BASELINE_REF})")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON file")

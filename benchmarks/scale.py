@@ -225,6 +225,26 @@ def context_load(base: str | list[str], asks: list[tuple[str, str]], clients: in
     return _figures([x for part in lat for x in part], wall, sum(errors), clients)
 
 
+def _cpu_times() -> list[int] | None:
+    """The machine's CPU time counters (``/proc/stat``: user, nice, system, idle, iowait, irq,
+    softirq, steal), ``None`` where there are none."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            return [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+
+
+def _steal_pct(start: list[int] | None, end: list[int] | None) -> float | None:
+    """Share of the CPU time between two :func:`_cpu_times` that the hypervisor gave to other
+    machines (steal): a virtual machine's cores are then slower than they look, for every
+    server measured, and absolute latencies move with it."""
+    if start is None or end is None or len(start) < 8 or len(end) < 8:
+        return None
+    spent = [b - a for a, b in zip(start, end, strict=True)]
+    return round(100.0 * spent[7] / max(sum(spent), 1), 1)
+
+
 def _figures(every: list[float], wall: float, errors: int, clients: int) -> dict[str, Any]:
     return {"clients": clients, "seconds": round(wall, 2), "requests": len(every),
             "errors": errors, "requests_per_s": len(every) / wall,
@@ -261,6 +281,7 @@ def local_file(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                            "messages": sum(len(m) for m in sessions.values()),
                            "max_tokens": MAX_TOKENS, "rounds": args.rounds,
                            "load_avg_1m_start": os.getloadavg()[0]}
+    cpu_start = _cpu_times()
     codes = {"baseline": old, "new": None}
     for name in codes:
         shutil.copytree(built.parent, root / name)
@@ -287,6 +308,7 @@ def local_file(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         out[f"{name}_p95_ms"] = fig["p95_ms"]
     out["throughput_ratio"] = out["new_requests_per_s"] / out["baseline_requests_per_s"]
     out["load_avg_1m_end"] = os.getloadavg()[0]
+    out["steal_pct"] = _steal_pct(cpu_start, _cpu_times())
     return out
 
 

@@ -114,6 +114,9 @@ def test_keys_limit_sessions(rest: TestClient) -> None:
     assert r.json()["error"]["type"] == "unauthorized"
     assert r.headers["www-authenticate"] == "Bearer"
     assert rest.get("/v1/sessions", headers=k("nope")).status_code == 401
+    # the key is checked before anything else: a caller without one learns nothing of the id
+    assert rest.get("/v1/sessions/bad id!/stats").status_code == 401
+    assert rest.get("/v1/sessions/bad id!/stats", headers=k("k1")).status_code == 400
     # outside its sessions: 403 whether the session exists or not
     for sid in ("team-a", "team-404"):
         r = rest.get(f"/v1/sessions/{sid}/stats", headers=k("k1"))

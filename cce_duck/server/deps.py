@@ -55,9 +55,9 @@ async def session(session_id: str, request: Request) -> str:
     """A valid session id (400) that the caller's key (401) may use (403, whether it exists or
     not): by name, or through the user it is bound to (looked up in the store, on the thread
     pool). One dependency: each one FastAPI solves costs tens of microseconds per request."""
-    sid = validate_session_id(session_id)
     g: Guard = request.app.state.guard
-    who = g.principal(request, "x-api-key")
+    who = g.principal(request, "x-api-key")  # (first: a caller without a key learns nothing)
+    sid = validate_session_id(session_id)
     if not who.allows(sid):
         await run_in_threadpool(check_session, who, g, sid)
     return sid

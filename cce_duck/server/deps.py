@@ -2,9 +2,9 @@
 session id (FastAPI dependencies), and frames as JSON rows.
 
 The dependencies are ``async``: FastAPI runs a plain ``def`` dependency on its thread pool,
-one thread hand-off per dependency and request, for checks that
-take microseconds. The one check that may read the store (the user a session is bound to,
-for a key limited to users) still runs on the thread pool."""
+one thread hand-off per dependency and request, for checks that take microseconds. The one
+check that may read the store (the user a session is bound to, for a key limited to users)
+still runs on the thread pool."""
 
 from __future__ import annotations
 
@@ -41,10 +41,16 @@ async def guard(request: Request) -> Guard:
     return g
 
 
+def _caller(request: Request) -> tuple[Guard, Principal]:
+    """The server's guard and the caller it authenticates from the headers that
+    :data:`SECURITY_SCHEMES` name (401 without a valid key when keys are configured)."""
+    g: Guard = request.app.state.guard
+    return g, g.principal(request, SECURITY_SCHEMES["APIKeyHeader"]["name"].lower())
+
+
 async def principal(request: Request) -> Principal:
     """Authenticate the caller (401 without a valid key when keys are configured)."""
-    g: Guard = request.app.state.guard
-    return g.principal(request, "x-api-key")
+    return _caller(request)[1]
 
 
 Who = Annotated[Principal, Depends(principal)]
@@ -55,8 +61,7 @@ async def session(session_id: str, request: Request) -> str:
     """A valid session id (400) that the caller's key (401) may use (403, whether it exists or
     not): by name, or through the user it is bound to (looked up in the store, on the thread
     pool). One dependency: each one FastAPI solves costs tens of microseconds per request."""
-    g: Guard = request.app.state.guard
-    who = g.principal(request, "x-api-key")  # (first: a caller without a key learns nothing)
+    g, who = _caller(request)  # (first: a caller without a key learns nothing of the id)
     sid = validate_session_id(session_id)
     if not who.allows(sid):
         await run_in_threadpool(check_session, who, g, sid)

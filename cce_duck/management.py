@@ -107,15 +107,15 @@ class ManagementMixin:
                 ("session_id", pa.string()), ("called_at", pa.timestamp("us")),
                 ("max_tokens", pa.int32()), ("tokens_sent", pa.int32()),
                 ("history_tokens", pa.int32())]))
-            before = self.store.generation
             try:
-                with self.store.transaction() as con, registered(con, _b_calls=tbl):
+                # no table a session's index reads: cached indexes stay valid, here and (the
+                # commit names no session) in the other processes of a lake
+                with self.store.transaction(sessions=False) as con, registered(
+                        con, _b_calls=tbl):
                     self.store.q("insert_context_calls")
             except BaseException:
                 self._context_calls[:0] = calls
                 raise
-            # (no session's memory changed)
-            self.index.advance(before, self.store.committed_since(before), set())
 
     # -- pins ---------------------------------------------------------------
 

@@ -157,6 +157,30 @@ def test_rows_another_process_completed_are_not_written_again(pg_lake: LakeSpec)
         owing.close()
 
 
+def test_recording_contexts_keeps_the_other_processes_caches(pg_lake: LakeSpec) -> None:
+    """Contexts are recorded (``context_calls``) in commits of their own; those name no session,
+    so the other processes of the lake keep their cached indexes (they dropped every one of
+    them, every few seconds under a load of contexts alone, before)."""
+    with _engine(pg_lake) as writer, _engine(pg_lake) as reader:
+        writer.ingest(SID, topic_messages())
+        coord = reader.store.coordinator
+        assert coord is not None
+        ask = "How much do the piano lessons cost?"
+        assert not reader.context(SID, ask, max_tokens=80).verbatim  # (its index is used)
+        before = coord.refreshes
+        for _ in range(3):
+            writer.context(SID, ask, max_tokens=80)
+        writer._flush_context_calls()  # the commit a context load makes every few seconds
+        recorded = reader.store.con.execute(
+            "SELECT count(*) FROM main.context_calls").fetchone()[0]
+        assert recorded >= 3  # (the reader's lake snapshot holds the writer's commit)
+        assert "thirty" in reader.context(SID, ask, max_tokens=80).to_string()
+        assert coord.refreshes == before  # nothing changed for its index
+        writer.add_message(SID, "user", "The piano lessons cost forty dollars from May.")
+        assert "forty" in reader.context(SID, ask, max_tokens=80).to_string()
+        assert coord.refreshes == before + 1  # a change of the session is seen as one
+
+
 def test_derived_rows_of_an_erased_session_are_never_written(pg_lake: LakeSpec) -> None:
     marker = "quokka5z1marker"  # (one BM25 term: its postings would hold it as it is)
     owing = _engine(pg_lake, derive_after_s=NEVER)

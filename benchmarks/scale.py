@@ -285,30 +285,43 @@ def local_file(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     codes = {"baseline": old, "new": None}
     for name in codes:
         shutil.copytree(built.parent, root / name)
-    lat: dict[str, list[float]] = {n: [] for n in codes}
-    wall = dict.fromkeys(codes, 0.0)
-    errors = dict.fromkeys(codes, 0)
     with ExitStack() as stack:
         bases = {n: stack.enter_context(rest_server(c, root / n / "data"))
                  for n, c in codes.items()}
-        for base in bases.values():
+        out.update(alternating(bases, asks, args))
+    out["throughput_ratio"] = out["new_requests_per_s"] / out["baseline_requests_per_s"]
+    out["load_avg_1m_end"] = os.getloadavg()[0]
+    out["steal_pct"] = _steal_pct(cpu_start, _cpu_times())
+    return out
+
+
+def alternating(bases: dict[str, str], asks: list[tuple[str, str]], args: argparse.Namespace,
+                warmups: int = 1) -> dict[str, Any]:
+    """Context load on each server of ``bases`` (name -> URL, all running) in turn: ``warmups``
+    seconds of warm-up (each on new connections, which a server of several workers hands to
+    one of them each), then ``args.rounds`` rounds of ``args.seconds / args.rounds`` seconds each, the order
+    alternating, so that a change in the machine's load falls on all of them. Per server: its
+    figures, and its requests/s, p50 and p95 at the top level (``<name>_requests_per_s``...)."""
+    lat: dict[str, list[float]] = {n: [] for n in bases}
+    wall = dict.fromkeys(bases, 0.0)
+    errors = dict.fromkeys(bases, 0)
+    for base in bases.values():
+        for _ in range(warmups):
             context_load(base, asks[: args.clients * 4], args.clients, 1.0)  # warm: indexes
-        for r in range(args.rounds):
-            for name in (list(codes) if r % 2 == 0 else list(codes)[::-1]):
-                fig = context_load(bases[name], asks, args.clients, args.seconds / args.rounds)
-                lat[name] += fig["latencies_ms"]
-                wall[name] += fig["seconds"]
-                errors[name] += fig["errors"]
-    for name in codes:
+    for r in range(args.rounds):
+        for name in (list(bases) if r % 2 == 0 else list(bases)[::-1]):
+            fig = context_load(bases[name], asks, args.clients, args.seconds / args.rounds)
+            lat[name] += fig["latencies_ms"]
+            wall[name] += fig["seconds"]
+            errors[name] += fig["errors"]
+    out: dict[str, Any] = {}
+    for name in bases:
         fig = _figures(lat[name], wall[name], errors[name], args.clients)
         del fig["latencies_ms"]
         out[name] = fig
         out[f"{name}_requests_per_s"] = fig["requests_per_s"]
         out[f"{name}_p50_ms"] = fig["p50_ms"]
         out[f"{name}_p95_ms"] = fig["p95_ms"]
-    out["throughput_ratio"] = out["new_requests_per_s"] / out["baseline_requests_per_s"]
-    out["load_avg_1m_end"] = os.getloadavg()[0]
-    out["steal_pct"] = _steal_pct(cpu_start, _cpu_times())
     return out
 
 
@@ -517,13 +530,7 @@ def lake_figures(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         out["local_context"] = context_load(base, asks, args.clients, seconds)
     with pg_database(args.pg, "ctx") as dsn:
         data_path = root / "ctx_lake"
-        spec = root / "conversations.json"
-        spec.write_text(json.dumps(sessions, default=str), encoding="utf-8")
-        built = subprocess.run([sys.executable, "-c", _BUILD_LAKE, str(spec), f"postgres:{dsn}",
-                                str(data_path)], env=server_env(None, None),
-                               capture_output=True, text=True)
-        if built.returncode:
-            raise RuntimeError(f"building the lake store failed:\n{built.stderr[-3000:]}")
+        build_lake(sessions, dsn, data_path, root)
         for n in (1, 2, 3):
             with lake_servers(n, root / f"ctx_run_{n}", dsn, data_path, "hash") as bases:
                 context_load(bases, asks[: args.clients * 4], args.clients, 1.0)
@@ -539,6 +546,47 @@ def lake_figures(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     out["context_p95_ratio"] = (out["lake_context_1p"]["p95_ms"]
                                 / out["local_context"]["p95_ms"])
     out["load_avg_1m_end"] = os.getloadavg()[0]
+    return out
+
+
+def build_lake(sessions: dict[str, list[dict[str, Any]]], dsn: str, data_path: Path,
+               root: Path) -> None:
+    """Ingest ``sessions`` into the lake on ``dsn`` / ``data_path`` (``hash``), in a child."""
+    spec = root / "conversations.json"
+    spec.write_text(json.dumps(sessions, default=str), encoding="utf-8")
+    built = subprocess.run([sys.executable, "-c", _BUILD_LAKE, str(spec), f"postgres:{dsn}",
+                            str(data_path)], env=server_env(None, None),
+                           capture_output=True, text=True)
+    if built.returncode:
+        raise RuntimeError(f"building the lake store failed:\n{built.stderr[-3000:]}")
+
+
+def lake_workers(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Context throughput of ``cce serve rest --workers N`` on a lake of the LoCoMo dev
+    conversations (PostgreSQL catalog), N = 1 and ``args.worker_count``, both running, loaded in
+    turn (:func:`alternating`; each round on new connections, which the kernel hands to the
+    workers as they accept them: a round's share of each worker varies)."""
+    sessions, asks = _conversations(args.data)
+    counts = sorted({1, args.worker_count})
+    out: dict[str, Any] = {"clients": args.clients, "rounds": args.rounds,
+                           "workers": counts, "load_avg_1m_start": os.getloadavg()[0]}
+    cpu_start = _cpu_times()
+    with pg_database(args.pg, "workers") as dsn:
+        data_path = root / "workers_lake"
+        build_lake(sessions, dsn, data_path, root)
+        with ExitStack() as stack:
+            bases = {}
+            for n in counts:
+                folder = root / f"workers_{n}"
+                folder.mkdir()
+                bases[f"workers_{n}"] = stack.enter_context(rest_server(
+                    None, folder, catalog=f"postgres:{dsn}", data_path=str(data_path),
+                    server_workers=str(n)))
+            out.update(alternating(bases, asks, args, warmups=10))
+    most = f"workers_{counts[-1]}_requests_per_s"
+    out["throughput_ratio"] = out[most] / out["workers_1_requests_per_s"]
+    out["load_avg_1m_end"] = os.getloadavg()[0]
+    out["steal_pct"] = _steal_pct(cpu_start, _cpu_times())
     return out
 
 
@@ -558,6 +606,8 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.Namespace, Path], dict[str, An
               local_file),
     "lake": ("1, 2 and 3 REST servers on one DuckLake (PostgreSQL catalog) vs the local file",
              lake_figures),
+    "workers": ("REST on one DuckLake with --workers 1 and --workers N: context throughput",
+                lake_workers),
 }
 
 
@@ -590,6 +640,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg", default=DEFAULT_PG,
                     help="libpq connection string of a PostgreSQL role that may create databases "
                          "(default: CCE_TEST_PG_DSN, else scripts/pg.sh's)")
+    ap.add_argument("--worker-count", type=int, default=os.cpu_count() or 2,
+                    help="workers section: the N of 'cce serve rest --workers N' (default: cores)")
     ap.add_argument("--no-onnx", action="store_true", help="lake: skip the onnx ingestion")
     ap.add_argument("--json", type=Path, default=None,
                     help="results file (default benchmarks/results/scale-<date>.json)")

@@ -58,6 +58,15 @@ def test_bracketed_data_prints_as_stored_through_every_table(folder: Path) -> No
     assert "would be forgotten" in plan.output
 
 
+def test_serving_a_data_folder_with_two_workers_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "new"
+    refused = cce("serve", "rest", "--workers", "2", "--data-dir", str(data))
+    assert refused.exit_code == 2
+    assert "--workers 2 needs a lake with a PostgreSQL catalog" in refused.output
+    assert not data.exists()  # nothing was opened or created
+    assert cce("serve", "proxy", "-u", "http://x/v1", "--workers", "0").exit_code == 2
+
+
 def test_bracketed_values_in_errors_are_shown(folder: Path, tmp_path: Path) -> None:
     d = ("--data-dir", str(folder))
     bad_id = cce("context", "a[b]", "x", *d)

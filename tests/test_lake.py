@@ -74,6 +74,23 @@ def test_bad_lake_settings_are_refused_before_anything_is_opened(tmp_path: Path)
     assert not list(tmp_path.iterdir())
 
 
+def test_more_than_one_worker_needs_a_postgresql_catalog(tmp_path: Path) -> None:
+    """``cce serve rest --workers 2`` on a data folder or a local catalog: refused with a clear
+    error before anything is opened or created."""
+    from cce_duck.server.workers import check_workers
+
+    check_workers(Config(data_dir=tmp_path / "one"), 1)
+    for cfg, where in ((Config(data_dir=tmp_path / "d"), "a data folder"),
+                       (Config(catalog=str(tmp_path / "m.ducklake")), "local .ducklake catalog")):
+        with pytest.raises(ValidationError, match=f"--workers 2 needs a lake with a PostgreSQL "
+                                                  f"catalog.*{where}"):
+            check_workers(cfg, 2)
+    with pytest.raises(ValidationError, match="positive integer"):
+        check_workers(Config(data_dir=tmp_path / "d"), 0)
+    check_workers(Config(catalog="postgres:dbname=x host=127.0.0.1", data_path=tmp_path / "f"), 4)
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_local_catalog_keeps_its_files_beside_it(tmp_path: Path) -> None:
     spec = Lake.of(str(tmp_path / "m.ducklake"), None)
     assert spec.data_path == tmp_path / "m.ducklake.files"

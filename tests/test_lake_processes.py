@@ -6,7 +6,8 @@ process dies) while a killer sends ``SIGKILL`` to one process at a time and star
 Afterwards the lake holds every acknowledged message exactly once under the turn number its
 acknowledgement gave, no turn number twice, and every context asked of a live process right
 after an acknowledgement (made by another process) held that message. A second test takes the
-catalog away mid-run through a TCP proxy the test controls.
+catalog away mid-run through a TCP proxy the test controls; a third runs one server of two
+workers behind one port (``--workers 2``) and kills its workers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import socket
 import subprocess
 import threading
@@ -28,7 +30,7 @@ import pytest
 
 from cce_duck import Engine
 from tests.lake import pg_database
-from tests.servers import CCE, free_port, wait_http
+from tests.servers import CCE, free_port, stop, wait_http
 
 pytestmark = [pytest.mark.processes, pytest.mark.lake]
 
@@ -366,3 +368,89 @@ def test_a_lost_catalog_fails_writes_clearly_and_reads_say_they_are_cached(
         r = _post(base, "/v1/sessions/a/context", {"query": "outage"})
         assert r.json().get("stale") is None
         assert "never acknowledged" not in r.text
+
+
+def _workers(parent: int, gone: set[int] = frozenset()) -> set[int]:  # type: ignore[assignment]
+    """The live worker processes of the ``--workers`` server ``parent`` (uvicorn spawns them),
+    but ``gone``."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) in gone:
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and b"spawn_main" in cmd:
+            out.add(int(d.name))
+    return out
+
+
+def _wait_workers(parent: int, n: int, gone: set[int], timeout: float = 120) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = _workers(parent, gone)
+        if len(found) == n:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"{n} workers of {parent} (without {gone}) did not run within {timeout}s")
+
+
+@pytest.mark.timeout(600)
+def test_two_workers_behind_one_port_each_answer_and_a_killed_one_starts_again(
+        shared_lake: dict[str, str], tmp_path: Path) -> None:
+    """``cce serve rest --workers 2``: both workers serve the one port (each is the only one
+    left, in turn, after the other is killed with -9), the supervisor starts a killed worker
+    again, every message is acknowledged once, in order, and SIGTERM stops them all."""
+    port = free_port()
+    log = open(tmp_path / "workers.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen([*CCE, "serve", "rest", "--workers", "2", "--port", str(port)],
+                            env={**os.environ, **shared_lake}, stdout=log, stderr=log, text=True)
+    log.close()
+    base = f"http://127.0.0.1:{port}"
+    acked: list[int] = []
+
+    def send(i: int) -> None:  # retried with its id until acknowledged (a worker may just die)
+        for _ in range(60):
+            try:
+                r = _post(base, "/v1/sessions/w1/messages", {"messages": [
+                    {"role": "user", "content": f"note {i} holds marker zw{i}q", "id": f"m{i}"}]})
+            except httpx.HTTPError:
+                time.sleep(0.1)
+                continue
+            assert r.status_code == 200, r.text
+            acked.append(int(r.json()["turns"][0]))
+            return
+        raise AssertionError(f"message {i} was never acknowledged")
+
+    killed: set[int] = set()
+    try:
+        wait_http(base + "/health", proc, timeout=120)  # type: ignore[arg-type]
+        first = _wait_workers(proc.pid, 2, killed)
+        for i in range(10):
+            send(i)
+        for victim in sorted(first):  # each original worker in turn: the other one answers
+            os.kill(victim, signal.SIGKILL)
+            killed.add(victim)
+            start = len(acked)
+            for i in range(start, start + 10):
+                send(i)
+            _wait_workers(proc.pid, 2, killed)  # the supervisor started another one
+        assert acked == list(range(30))  # once each, in order, across both kills
+        r = _post(base, "/v1/sessions/w1/context", {"query": "marker zw29q"}, 60)
+        assert r.status_code == 200
+        assert "zw29q" in r.text
+        with Engine(catalog=shared_lake["CCE_CATALOG"], data_path=shared_lake["CCE_DATA_PATH"],
+                    embedder="hash") as eng:
+            assert len(eng.history("w1")) == 30
+        workers = _workers(proc.pid)
+    finally:
+        stop(proc)  # type: ignore[arg-type]
+    assert proc.returncode == 0, (tmp_path / "workers.log").read_text()
+    assert len(workers) == 2
+    assert not workers & killed
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{w}").exists() for w in workers)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,17 +46,27 @@ def _need_extra(exc: ImportError) -> typer.Exit:
 
 
 def serve_http(kind: str, module: str, factory: str, data_dir: DataDir, embedder: str | None,
-               host: str, port: int, *, bind: Callable[[Any], Any] = lambda create: create) -> None:
-    """Serve the app that ``module.factory(engine, keys)`` makes (``bind`` adapts a factory
-    that needs more arguments) until stopped. A missing 'server' extra and store errors end the
+               host: str, port: int, *, options: dict[str, Any] | None = None,
+               workers: int = 1) -> None:
+    """Serve the app that ``module.factory(engine, keys=…, **options)`` makes until stopped (in
+    ``workers`` processes on a shared lake). A missing 'server' extra and store errors end the
     command with a clear message."""
     try:
         from cce_duck.server.run import serve
+        from cce_duck.server.workers import WorkerSpec
 
-        create = getattr(importlib.import_module(module), factory)
+        importlib.import_module(module)
     except ImportError as exc:
         raise _need_extra(exc) from None
-    serve(kind, _config(data_dir, embedder), host, port, bind(create))
+    serve(kind, _config(data_dir, embedder), host, port,
+          WorkerSpec(module, factory, options or {}), workers=workers)
+
+
+Workers = Annotated[int, typer.Option(
+    "--workers", "-w", min=1, envvar="CCE_SERVER_WORKERS",
+    help="Server processes behind the port, each with its own engine (more than 1 needs a lake "
+         "with a PostgreSQL catalog: a data folder is opened by one process). A worker that "
+         "dies is started again.")]
 
 
 @serve_app.command("rest")
@@ -68,10 +77,12 @@ def rest(
     embedder: EmbedderOpt = None,
     catalog: CatalogOpt = None,
     data_path: DataPathOpt = None,
+    workers: Workers = 1,
 ) -> None:
     """REST API (FastAPI) with OpenAPI docs at /docs; keys from CCE_API_KEY / CCE_API_KEYS."""
     lake_options(catalog, data_path)
-    serve_http("rest", "cce_duck.server.rest", "create_app", data_dir, embedder, host, port)
+    serve_http("rest", "cce_duck.server.rest", "create_app", data_dir, embedder, host, port,
+               workers=workers)
 
 
 @serve_app.command("proxy")
@@ -86,12 +97,12 @@ def proxy(
     embedder: EmbedderOpt = None,
     catalog: CatalogOpt = None,
     data_path: DataPathOpt = None,
+    workers: Workers = 1,
 ) -> None:
     """OpenAI-compatible proxy that trims long chats on the way to --upstream."""
     lake_options(catalog, data_path)
     serve_http("proxy", "cce_duck.server.proxy", "create_proxy", data_dir, embedder, host, port,
-               bind=lambda create: lambda eng, keys: create(eng, upstream, keys,
-                                                            max_tokens=max_tokens))
+               options={"upstream": upstream, "max_tokens": max_tokens}, workers=workers)
 
 
 @serve_app.command("mcp")

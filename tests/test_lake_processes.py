@@ -20,7 +20,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -370,7 +370,7 @@ def test_a_lost_catalog_fails_writes_clearly_and_reads_say_they_are_cached(
         assert "never acknowledged" not in r.text
 
 
-def _workers(parent: int, gone: set[int] = frozenset()) -> set[int]:  # type: ignore[assignment]
+def _workers(parent: int, gone: Collection[int] = ()) -> set[int]:
     """The live worker processes of the ``--workers`` server ``parent`` (uvicorn spawns them),
     but ``gone``."""
     out = set()
@@ -387,7 +387,8 @@ def _workers(parent: int, gone: set[int] = frozenset()) -> set[int]:  # type: ig
     return out
 
 
-def _wait_workers(parent: int, n: int, gone: set[int], timeout: float = 120) -> set[int]:
+def _wait_workers(parent: int, n: int, gone: Collection[int], timeout: float = 120
+                  ) -> set[int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = _workers(parent, gone)

@@ -7,6 +7,7 @@ group commit's tickets and holds the write lock; this module writes the transact
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,7 +38,13 @@ class LakeCommits:
         """A lake's flush: the buffered messages' turn rows (with the ``sessions`` rows of new
         sessions) and, when ``derived``, every derived row waiting in the writer's backlog with
         the notes that compress pending turns, all in one transaction. Without ``derived`` the
-        turn rows alone are committed (an acknowledgement) and their derived rows wait."""
+        turn rows alone are committed (an acknowledgement) and their derived rows wait.
+
+        The caller holds the write lock. An acknowledgement takes the buffer as it is and lets
+        the intake stay open while it commits: writes that arrive meanwhile are numbered after
+        its turns and buffered for the next commit (see ``Writer._add_beside_commit``). When
+        it succeeded its tickets are settled; when it fails the writer drops the whole buffer
+        (``Writer._flush``)."""
         w = self.w
         if w.store.failure is not None or w._recoveries != w.store.recoveries:
             w._recover()
@@ -45,15 +52,20 @@ class LakeCommits:
             w.backlog.adopt(backlog.underived_sessions(w.store))
             w.backlog.scan_due = False
         work = derived and bool(w.backlog or finish or (counts and w._retrieved))
-        if not w._buffer and not work:
-            return
-        sessions, rows = w._prepare() if w._buffer else ({}, TurnRows())
-        new = sorted(s for s in sessions if s in w._new)
+        with w._intake:
+            upto = w.group.cut()
+            taken = list(w._buffer)
+            if not taken and not work:
+                return
+            sessions, rows = w._prepare() if taken else ({}, TurnRows())
+            new = sorted(s for s in sessions if s in w._new)
+            users = {s: w._users.get(s) for s in new}
+            w._ack_open = not work
         before = w.store.generation
         w._fresh = []
         w.flushed = Flushed(rows, dict(sessions), clock.now(),
                             raw_dropped=not w.config.keep_raw_turns)
-        taken = w.backlog.take() if work else None
+        waiting = w.backlog.take() if work else None
         w.store.writing = set(sessions) | finish
         w.store.commit_info = {"kind": "derived" if work else "ack"}
         if rows.turns:
@@ -64,31 +76,38 @@ class LakeCommits:
             with w.store.transaction() as con:
                 if rows.turns:
                     if new:
-                        self._insert_sessions(con, sessions, new)
+                        self._insert_sessions(con, sessions, new, users)
                     rows.insert(w.store, derived=False)
-                if taken is not None:
-                    touched = self._derive(con, rows, sessions, taken, finish, hot_too=hot_too)
+                if waiting is not None:
+                    touched = self._derive(con, rows, sessions, waiting, finish, hot_too=hot_too)
         except BaseException:
             w._note_ids = note_ids
-            if taken is not None:
-                for sid in taken.sessions | set(sessions) | finish:
+            if waiting is not None:
+                for sid in waiting.sessions | set(sessions) | finish:
                     w.forget_stats(sid)  # (term statistics counted rolled-back rows)
-                w.backlog.restore(taken)
+                w.backlog.restore(waiting)
             w._fresh = []
             w.flushed = None
             raise
-        w._new.difference_update(new)
-        for t in rows.turns:
-            ids = w._id_cache.get(t["session_id"]) if t["message_id"] is not None else None
-            if ids is not None:
-                ids[t["message_id"]] = (t["turn_no"], t["role"], t["content_hash"])
-        if rows.turns and taken is None:
+        with w._intake:
+            w._ack_open = False
+            w._new.difference_update(new)
+            for t in rows.turns:
+                ids = w._id_cache.get(t["session_id"]) if t["message_id"] is not None else None
+                if ids is not None:
+                    ids[t["message_id"]] = (t["turn_no"], t["role"], t["content_hash"])
+            w._buffer = w._buffer[len(taken):]  # (what arrived meanwhile waits for the next)
+            w._rows, w._rows_n = TurnRows(), 0
+            if w._buffer:
+                w._buffered_at = time.monotonic()
+            w._planned = []
+            for sid, _, m in taken:
+                if m.message_id is not None:
+                    w._ids.pop((sid, m.message_id), None)
+            w._settle(upto)
+        if rows.turns and waiting is None:
             w.backlog.add(rows, sessions)
             w._start_flusher()
-        w._buffer = []
-        w._rows, w._rows_n = TurnRows(), 0
-        w._planned = []
-        w._ids.clear()
         if len(rows.turns) >= w.config.flush_every:
             release_free_memory()
         try:
@@ -109,14 +128,15 @@ class LakeCommits:
         out, w._note_ids = w._note_ids[:n], w._note_ids[n:]
         return out
 
-    def _insert_sessions(self, con: Any, sessions: dict[str, int], new: list[str]) -> None:
+    def _insert_sessions(self, con: Any, sessions: dict[str, int], new: list[str],
+                         users: dict[str, str | None]) -> None:
         w = self.w
         now = w.flushed.updated_at if w.flushed is not None else clock.now()
         with registered(con, _b_sessions=pa.table({
                 "session_id": new, "created_at": [now] * len(new),
                 "updated_at": [now] * len(new),
                 "next_turn": pa.array([sessions[s] for s in new], pa.int32()),
-                "user_id": pa.array([w._users.get(s) for s in new], pa.string())})):
+                "user_id": pa.array([users[s] for s in new], pa.string())})):
             w.store.q("insert_sessions")
 
     def _derive(self, con: Any, fresh: TurnRows, fresh_next: dict[str, int], taken: Waiting,

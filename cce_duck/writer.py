@@ -85,6 +85,12 @@ class Writer:
         #: client ids of buffered messages: (session, id) -> (turn, role, content hash)
         self._ids: dict[tuple[str, str], tuple[int, str, int]] = {}
         self._lock = store.write_lock  # adding and flushing, one thread at a time
+        #: Guards the intake (buffer, turn numbers, the caches numbering reads, tickets and
+        #: leases): taken inside the write lock by whoever changes it, and alone by a lake
+        #: write that arrives while an acknowledgement commit runs (see `_add_beside_commit`).
+        self._intake = threading.RLock()
+        #: An acknowledgement commit runs (holding the write lock): the intake stays open.
+        self._ack_open = False
         #: sessions other processes changed, noted by a reader (see forget_sessions)
         self._foreign: set[str] = set()
         self._foreign_all = False
@@ -155,6 +161,10 @@ class Writer:
 
     def next_turn(self, session_id: str) -> int:
         """The number the session's next turn will get."""
+        with self._intake:
+            return self._next_turn(session_id)
+
+    def _next_turn(self, session_id: str) -> int:
         if self._foreign_due:
             self._forget_foreign()
         if session_id not in self._next:
@@ -199,6 +209,10 @@ class Writer:
 
     def _forget_foreign(self) -> None:
         """Drop what :meth:`forget_sessions` noted (the caller holds the write lock)."""
+        with self._intake:
+            self._forget_noted()
+
+    def _forget_noted(self) -> None:
         with self._foreign_lock:
             everything, sessions = self._foreign_all, self._foreign
             self._foreign_all, self._foreign, self._foreign_due = False, set(), False
@@ -210,11 +224,12 @@ class Writer:
 
     def reopen(self, session_id: str) -> None:
         """Forget the cached 'closed' state of a session (after the tables changed)."""
-        self._closed.discard(session_id)
-        self._next.pop(session_id, None)
-        self._users.pop(session_id, None)
-        self._new.discard(session_id)
-        self._id_cache.pop(session_id, None)
+        with self._intake:
+            self._closed.discard(session_id)
+            self._next.pop(session_id, None)
+            self._users.pop(session_id, None)
+            self._new.discard(session_id)
+            self._id_cache.pop(session_id, None)
 
     def user_of(self, session_id: str) -> str | None:
         """The user the session is bound to (``None``: none, or no such session)."""
@@ -279,7 +294,7 @@ class Writer:
                     self.store.embedder, self.config, m.content, m.speaker)
 
     def _unlease(self, session_id: str) -> None:
-        with self._lock:
+        with self._intake:
             leased = any(s == session_id for _, s in self._leased)
         if not leased and self.store.coordinator is not None:
             self.store.coordinator.release([session_id])
@@ -287,43 +302,18 @@ class Writer:
     def _add(self, session_id: str, messages: Sequence[Message],
              progress: Callable[[int, int], None] | None, user_id: str | None
              ) -> tuple[list[int], int]:
-        with self._lock:
+        if self._lake and progress is None:
+            done = self._add_beside_commit(session_id, messages, user_id)
+            if done is not None:
+                return done
+        with self._lock, self._intake:
             if self.store.failure is not None:
                 self._flush_journaled()  # reopen the database first, if it is time to retry
             start = self.next_turn(session_id)
             if session_id in self._closed:
                 raise ConflictError(f"session {session_id!r} is closed; open a new session")
             self.check_user(session_id, user_id)
-            user = self._users.get(session_id) or user_id
-            known = self._known_ids(session_id, messages)
-            numbers: list[int] = []
-            numbered: list[tuple[str, int, Message]] = []
-            for m in messages:
-                if m.message_id is not None and m.message_id in known:
-                    numbers.append(known[m.message_id][0])
-                    continue
-                n = start + len(numbered)
-                numbered.append((session_id, n, m))
-                numbers.append(n)
-                if m.message_id is not None:
-                    known[m.message_id] = (n, m.role, content_hash(m.role, m.content))
-            ticket = 0
-            if self._lake and numbered:
-                ticket = self.group.issue(len(numbered))
-                if self.store.coordinator is not None:
-                    self._leased.append((ticket, session_id))
-            if self.journal is not None and numbered:
-                try:
-                    ticket = self.journal.append(_record(s, n, m, user) for s, n, m in numbered)
-                except StorageError as exc:
-                    self.store.failed(exc)  # the folder counts as failing until a flush works
-                    raise
-            self._next[session_id] = start + len(numbered)
-            if numbered:
-                self._users[session_id] = user
-            for _, _, m in numbered:
-                if m.message_id is not None:
-                    self._ids[(session_id, m.message_id)] = known[m.message_id]
+            numbers, numbered, ticket = self._number(session_id, start, messages, user_id)
             step = self.config.flush_every
             if numbered and not self._buffer:
                 self._buffered_at = time.monotonic()
@@ -337,6 +327,72 @@ class Writer:
                 self._start_flusher()  # batched by time too, when reads do not flush
             elif self._buffer and time.monotonic() - self._buffered_at >= FLUSH_AFTER_S:
                 self._flush_journaled()
+            return numbers, ticket
+
+    def _number(self, sid: str, start: int, messages: Sequence[Message], user_id: str | None
+                ) -> tuple[list[int], list[tuple[str, int, Message]], int]:
+        """Number ``messages`` after ``start`` (a client id the session has keeps its turn) and
+        journal them, or on a lake take their ticket: their numbers, the numbered messages and
+        the ticket :meth:`sync` waits for (the caller holds the intake lock)."""
+        user = self._users.get(sid) or user_id
+        known = self._known_ids(sid, messages)
+        numbers: list[int] = []
+        numbered: list[tuple[str, int, Message]] = []
+        waits = False  # a retry of a message this process numbered but has not committed yet
+        for m in messages:
+            if m.message_id is not None and m.message_id in known:
+                numbers.append(known[m.message_id][0])
+                waits = waits or (sid, m.message_id) in self._ids
+                continue
+            n = start + len(numbered)
+            numbered.append((sid, n, m))
+            numbers.append(n)
+            if m.message_id is not None:
+                known[m.message_id] = (n, m.role, content_hash(m.role, m.content))
+        ticket = 0
+        if self._lake and numbered:
+            ticket = self.group.issue(len(numbered))
+        elif self._lake and waits:  # acknowledged with the commit that stores the first one
+            ticket = self.group.cut()
+        if ticket and self.store.coordinator is not None:
+            self._leased.append((ticket, sid))
+        if self.journal is not None and numbered:
+            try:
+                ticket = self.journal.append(_record(s, n, m, user) for s, n, m in numbered)
+            except StorageError as exc:
+                self.store.failed(exc)  # the folder counts as failing until a flush works
+                raise
+        self._next[sid] = start + len(numbered)
+        if numbered:
+            self._users[sid] = user
+        for _, _, m in numbered:
+            if m.message_id is not None:
+                self._ids[(sid, m.message_id)] = known[m.message_id]
+        return numbers, numbered, ticket
+
+    def _add_beside_commit(self, sid: str, messages: Sequence[Message], user_id: str | None
+                           ) -> tuple[list[int], int] | None:
+        """On a lake, while an acknowledgement commit runs: number and buffer ``messages`` for
+        the next commit without waiting for the write lock the commit holds, when everything
+        that takes is in memory (the session's next number, user and client ids cached, no
+        change of another process to take in first, the store working, the buffer short of a
+        flush); else ``None`` (the caller takes the write lock). The commit under way took the
+        buffer's messages up to its cut; these follow it in the next one, which cannot start
+        before it ends. If it fails, these fail with it (:meth:`_flush`): their numbers follow
+        its turns, which were not stored."""
+        with self._intake:
+            if (not self._ack_open or self._foreign_due or sid not in self._next
+                    or sid in self._closed or self.store.failure is not None
+                    or self._recoveries != self.store.recoveries
+                    or len(self._buffer) + len(messages) >= self.config.flush_every
+                    or (any(m.message_id is not None for m in messages)
+                        and sid not in self._id_cache)):
+                return None
+            start, bound = self._next[sid], self._users.get(sid)
+            if user_id is not None and bound != user_id and not (bound is None and start == 0):
+                return None  # (refused under the write lock)
+            numbers, numbered, ticket = self._number(sid, start, messages, user_id)
+            self._buffer.extend(numbered)
             return numbers, ticket
 
     def _start_flusher(self) -> None:
@@ -541,6 +597,10 @@ class Writer:
     def _recover(self) -> None:
         """Reopen a database that failed, and take the buffer again from the journal."""
         self.store.recover()
+        with self._intake:
+            self._recovered()
+
+    def _recovered(self) -> None:
         self._recoveries = self.store.recoveries
         if self._lake and self._buffer:  # no journal holds them: never acknowledged, dropped
             self._settle(self.group.cut(), self.store.failure or StorageError(
@@ -595,23 +655,23 @@ class Writer:
         if not self._lake:
             self._flush_tables(finish, hot_too=hot_too, counts=counts)
             return
-        upto = self.group.cut()
         try:
             self._commits.flush(finish or set(), hot_too=hot_too, counts=counts,
                                 derived=derived)
         except BaseException as exc:
-            if self._buffer:  # never acknowledged: dropped, with what was derived from them
-                self._buffer = []
-                self._rows, self._rows_n = TurnRows(), 0
-                self._planned = []
-                self._ids.clear()
-                self._next.clear()
-                self._users.clear()
-                self._new.clear()
-                self._id_cache.clear()
-                self._settle(upto, exc)
+            with self._intake:
+                self._ack_open = False
+                if self._buffer:  # never acknowledged: dropped, with what was derived from
+                    self._buffer = []  # them, and what arrived while the commit ran (its
+                    self._rows, self._rows_n = TurnRows(), 0  # numbers follow turns that
+                    self._planned = []                        # were not stored)
+                    self._ids.clear()
+                    self._next.clear()
+                    self._users.clear()
+                    self._new.clear()
+                    self._id_cache.clear()
+                    self._settle(self.group.cut(), exc)
             raise
-        self._settle(upto)
 
     def _flush_tables(self, finish: set[str] | None, *, hot_too: bool, counts: bool) -> None:
         if self.store.failure is not None or self._recoveries != self.store.recoveries:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from cce_duck.errors import (
     ValidationError,
 )
 from cce_duck.lake import Lake, connect, ddl
+from cce_duck.rows import TurnRows
 from cce_duck.sqlfiles import CURRENT_MACROS, schema_sql
 
 pytestmark = pytest.mark.lake
@@ -217,6 +219,110 @@ def test_concurrent_calls_share_commits_and_each_is_stored_once(lake: LakeSpec) 
         rows = eng.sql("SELECT session_id, turn_no, content FROM turns ORDER BY ALL")
         assert rows.height == threads * per
         assert rows["content"].n_unique() == threads * per
+
+
+class _HeldCommit:
+    """Holds the next acknowledgement commit inside its transaction (after its turn rows are
+    taken, before they are inserted) until :meth:`release`; it then fails with ``fail``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: BaseException | None = None
+                 ) -> None:
+        self.inside, self.go, self.fail = threading.Event(), threading.Event(), fail
+        orig = TurnRows.insert
+
+        def held(rows: TurnRows, store: Any, **kw: Any) -> None:
+            if not self.inside.is_set() and kw.get("derived") is False:
+                self.inside.set()
+                assert self.go.wait(60)
+                if self.fail is not None:
+                    raise self.fail
+            orig(rows, store, **kw)
+
+        monkeypatch.setattr(TurnRows, "insert", held)
+
+    def release(self) -> None:
+        self.go.set()
+
+
+def _in_thread(fn: Any, *args: Any, **kw: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn(*args, **kw)
+        except BaseException as exc:  # (checked by the test)
+            out["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def _until(cond: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_writes_during_an_acknowledgement_commit_are_numbered_beside_it(
+        lake: LakeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a commit holds the write lock, writes to sessions the writer knows are numbered
+    after its turns and buffered at once (they do not queue for the lock), and the next commit
+    stores them: every turn once, in order."""
+    with _engine(lake) as eng:
+        eng.add_message("a", "user", "first message of a")
+        eng.add_message("b", "user", "first message of b")
+        hold = _HeldCommit(monkeypatch)
+        t1, r1 = _in_thread(eng.add_message, "a", "user", "second message of a")
+        assert hold.inside.wait(60)
+        assert not eng.writer.lock.try_enter()  # (held by the commit under way)
+        t2, r2 = _in_thread(eng.add_message, "a", "user", "third message of a")
+        t3, r3 = _in_thread(eng.add_message, "b", "user", "second message of b")
+        _until(lambda: eng.writer.pending_count() == 3)  # numbered while the commit is held
+        assert eng.writer.next_turn("a") == 3
+        assert eng.writer.next_turn("b") == 2
+        commits = eng.writer.commits
+        hold.release()
+        for t in (t1, t2, t3):
+            t.join(60)
+        assert (r1, r2, r3) == ({"value": 1}, {"value": 2}, {"value": 1})
+        assert eng.writer.commits == commits + 2  # the held one, then one for both
+        rows = eng.sql("SELECT session_id, turn_no, content FROM turns ORDER BY ALL").rows()
+        assert rows == [("a", 0, "first message of a"), ("a", 1, "second message of a"),
+                        ("a", 2, "third message of a"), ("b", 0, "first message of b"),
+                        ("b", 1, "second message of b")]
+
+
+def test_writes_numbered_beside_a_commit_that_fails_fail_with_it(
+        lake: LakeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Their numbers follow turns that were not stored: they are dropped and fail with the same
+    error, as does a retry of a message still waiting for its commit (same client id), and the
+    session goes on from its last stored turn."""
+    with _engine(lake) as eng:
+        eng.add_message("a", "user", "first message of a", message_id="m0")
+        eng.add_message("b", "user", "first message of b")
+        hold = _HeldCommit(monkeypatch, fail=StorageError("the catalog went away"))
+        t1, r1 = _in_thread(eng.add_message, "a", "user", "second message of a",
+                            message_id="m1")
+        assert hold.inside.wait(60)
+        t2, r2 = _in_thread(eng.add_message, "b", "user", "second message of b")
+        _until(lambda: eng.writer.pending_count() == 2)
+        t3, r3 = _in_thread(eng.add_message, "a", "user", "second message of a",
+                            message_id="m1")  # the client retries before the reply came
+        time.sleep(0.3)
+        assert t3.is_alive()  # it waits for the commit of the first send, not acknowledged yet
+        hold.release()
+        for t in (t1, t2, t3):
+            t.join(60)
+        for r in (r1, r2, r3):
+            assert isinstance(r.get("error"), StorageError), r
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 2
+        assert eng.add_message("b", "user", "second message of b") == 1
+        assert eng.add_message("a", "user", "second message of a", message_id="m1") == 1
+        assert eng.add_message("a", "user", "second message of a", message_id="m1") == 1
+        rows = eng.sql("SELECT session_id, turn_no FROM turns ORDER BY ALL").rows()
+        assert rows == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
 
 
 def test_pins_summaries_and_ids_without_sequences(lake: LakeSpec) -> None:

@@ -50,13 +50,16 @@ class Serialized:
             return fn(*args, **kwargs)
 
     def add(self, fn: Callable[..., T], session_id: str, messages: Any, **kwargs: Any) -> T:
-        """:meth:`call` of ``fn`` (``Engine.add_messages``); on a lake the messages' text is
-        analysed first, before the write lock is taken (their terms and vectors: the commit
-        that stores them uses them)."""
-        if self.engine.store.lake is not None:
-            with contextlib.suppress(CCEError):  # (raised again by the call, under the lock)
-                self.engine.writer.analyse(parse_messages(messages))
-        return self.call(fn, session_id, messages, **kwargs)
+        """:meth:`call` of ``fn`` (``Engine.add_messages``). On a lake the messages' text is
+        analysed first, and the call does not take the write lock itself: the writer takes it,
+        or while an acknowledgement commit holds it, numbers and buffers the messages for the
+        next commit beside it (see :meth:`cce_duck.writer.Writer.add`)."""
+        if self.engine.store.lake is None:
+            return self.call(fn, session_id, messages, **kwargs)
+        with contextlib.suppress(CCEError):  # (raised again by the call)
+            self.engine.writer.analyse(parse_messages(messages))
+        with self.engine.deferred_sync(), self.engine.writer.group.arriving():
+            return fn(session_id, messages, **kwargs)
 
     def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn``, one of the engine's reads made safe beside other threads (``context``,

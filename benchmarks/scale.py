@@ -1,6 +1,6 @@
 """Scale figures of cce_duck: servers under concurrent load, ratios against a baseline in one run.
 
-    python benchmarks/scale.py [--local] [--lake] [--clients 8] [--seconds 10]
+    python benchmarks/scale.py [--local] [--lake] [--workers] [--ingest] [--clients 8] [--seconds 10]
                                [--baseline 766d1ed] [--pg DSN] [--no-onnx] [--json out.json]
 
 Sections (one function each; each returns a dict that goes into the results under its name):
@@ -28,6 +28,11 @@ Sections (one function each; each returns a dict that goes into the results unde
   ``--clients`` clients on a store of the LoCoMo dev conversations, and data files per 1,000
   messages before and after ``ducklake_merge_adjacent_files``. Every figure records the 1-minute
   load average when it ended (``load_avg_1m``).
+
+- ``workers`` (:func:`lake_workers`): context throughput of ``--workers 1`` and ``--workers N``.
+
+- ``ingest`` (:func:`lake_ingest`): 8-client ingestion of one process on a lake, the code of
+  ``--ingest-baseline`` against this checkout, alternating rounds.
 
 Exit status 1 when a target fails. Results go to ``benchmarks/results/scale-<date>.json`` unless ``--json``.
 """
@@ -61,7 +66,8 @@ DEFAULT_DATA = Path(os.environ.get("CCE_LOCOMO", "/work/shared/data/locomo_dev.j
 BASELINE_REF = "766d1ed"
 MAX_TOKENS = 1000
 
-__all__ = ["BASELINE_REF", "SECTIONS", "checkout", "context_load", "lake_figures", "local_file",
+__all__ = ["BASELINE_REF", "SECTIONS", "checkout", "context_load", "lake_figures", "lake_ingest",
+           "local_file",
            "main", "rest_server", "server_env"]
 
 # (section, figure, op, target, label)
@@ -590,6 +596,47 @@ def lake_workers(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     return out
 
 
+#: The code the ingestion section compares with: main before writes were numbered beside an
+#: acknowledgement commit.
+INGEST_BASELINE_REF = "a1a39d0"
+
+
+def lake_ingest(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Messages one ``cce serve rest`` process on a lake (PostgreSQL catalog, ``hash``)
+    acknowledges with ``--clients`` clients: the code of ``--ingest-baseline`` against this
+    checkout, each on a lake of its own, both running, loaded in turn for ``--ingest-rounds``
+    rounds of ``--ingest-seconds`` (order alternating; a round is long enough to hold the
+    commits of derived rows, one every ~2 s)."""
+    code = checkout(args.ingest_baseline, root)
+    out: dict[str, Any] = {"clients": args.clients, "baseline": args.ingest_baseline,
+                           "rounds": [], "load_avg_1m_start": os.getloadavg()[0]}
+    with ExitStack() as stack:
+        bases, dsns = {}, {}
+        for tag, src in (("baseline", code), ("new", None)):
+            dsns[tag] = stack.enter_context(pg_database(args.pg, f"ingest_{tag}"))
+            folder = root / f"ingest_{tag}"
+            folder.mkdir()
+            bases[tag] = stack.enter_context(rest_server(
+                src, folder / "data", catalog=f"postgres:{dsns[tag]}",
+                data_path=str(folder / "lake")))
+            ingest_load([bases[tag]], args.clients, 2.0, "warm")
+        per: dict[str, list[float]] = {"baseline": [], "new": []}
+        for r in range(args.ingest_rounds):
+            for tag in ("baseline", "new") if r % 2 == 0 else ("new", "baseline"):
+                before, cpu = _cce_commits(dsns[tag]), _cpu_times()
+                fig = ingest_load([bases[tag]], args.clients, args.ingest_seconds, f"r{r}")
+                _commit_figures(fig, before, _cce_commits(dsns[tag]))
+                fig.update(code=tag, round=r, steal_pct=_steal_pct(cpu, _cpu_times()))
+                out["rounds"].append(fig)
+                per[tag].append(fig["messages_per_s"])
+    for tag, values in per.items():
+        out[f"{tag}_messages_per_s_median"] = float(np.median(values))
+    out["ratio_of_medians"] = (out["new_messages_per_s_median"]
+                               / out["baseline_messages_per_s_median"])
+    out["load_avg_1m_end"] = os.getloadavg()[0]
+    return out
+
+
 _BUILD_LAKE = """
 import json, sys
 import cce_duck
@@ -608,6 +655,8 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.Namespace, Path], dict[str, An
              lake_figures),
     "workers": ("REST on one DuckLake with --workers 1 and --workers N: context throughput",
                 lake_workers),
+    "ingest": ("REST on one DuckLake: 8-client ingestion, --ingest-baseline's code vs this",
+               lake_ingest),
 }
 
 
@@ -643,6 +692,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker-count", type=int, default=os.cpu_count() or 2,
                     help="workers section: the N of 'cce serve rest --workers N' (default: cores)")
     ap.add_argument("--no-onnx", action="store_true", help="lake: skip the onnx ingestion")
+    ap.add_argument("--ingest-baseline", default=INGEST_BASELINE_REF,
+                    help=f"ingest section: the commit compared with (default {INGEST_BASELINE_REF})")
+    ap.add_argument("--ingest-rounds", type=int, default=6,
+                    help="ingest section: rounds per server, alternating (default 6)")
+    ap.add_argument("--ingest-seconds", type=float, default=8.0,
+                    help="ingest section: seconds per round (default 8)")
     ap.add_argument("--json", type=Path, default=None,
                     help="results file (default benchmarks/results/scale-<date>.json)")
     args = ap.parse_args(argv)
@@ -662,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {key}: " + ", ".join(
                     f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v}"
                     for k, v in value.items() if not isinstance(v, list | dict)))
+            elif isinstance(value, list) and value and isinstance(value[0], dict):
+                print(f"  {key}: {len(value)} (each in the results file)")
             else:
                 print(f"  {key}: {value:,.2f}" if isinstance(value, float) else f"  {key}: {value}")
     for c in checks:

@@ -244,7 +244,7 @@ class Writer:
         with self._lock:
             start = self.next_turn(session_id)
             bound = self._users.get(session_id)
-            if bound == user_id or (bound is None and start == 0):
+            if _may_write(bound, start, user_id):
                 return
             raise ConflictError(
                 f"session {session_id!r} belongs to user {bound!r}, not {user_id!r}"
@@ -388,8 +388,8 @@ class Writer:
                     or (any(m.message_id is not None for m in messages)
                         and sid not in self._id_cache)):
                 return None
-            start, bound = self._next[sid], self._users.get(sid)
-            if user_id is not None and bound != user_id and not (bound is None and start == 0):
+            start = self._next[sid]
+            if user_id is not None and not _may_write(self._users.get(sid), start, user_id):
                 return None  # (refused under the write lock)
             numbers, numbered, ticket = self._number(sid, start, messages, user_id)
             self._buffer.extend(numbered)
@@ -947,6 +947,11 @@ class Writer:
         if self.journal is not None:
             self.journal.close()
 
+
+def _may_write(bound: str | None, next_turn: int, user_id: str) -> bool:
+    """Whether ``user_id`` may write a session bound to ``bound`` whose next turn is
+    ``next_turn``: its own session, or a new one (the write binds it)."""
+    return bound == user_id or (bound is None and next_turn == 0)
 
 
 def _header(note: dict[str, Any]) -> dict[str, Any]:

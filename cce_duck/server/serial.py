@@ -43,9 +43,10 @@ class Serialized:
         """Run ``fn`` while holding the write lock; the journal sync its writes need runs after
         the lock is released, shared with concurrent calls (group commit). A call counts as
         arriving while it waits for the lock, so that a lake's commit under way gathers it
-        (see :meth:`cce_duck.groupcommit.GroupCommit.arriving`). (On a lake a write takes its
-        session's lease, and reads the change feed, inside this lock, as a read refreshes:
-        one order of the write lock and the coordinator's, no deadlock.)"""
+        (see :meth:`cce_duck.groupcommit.GroupCommit.arriving`). (On a lake a write through
+        this call takes its session's lease, and reads the change feed, inside this lock, as
+        a read refreshes: one order of the write lock and the coordinator's, no deadlock.
+        Messages added through :meth:`add` take the writer's locks in the writer itself.)"""
         with self.engine.deferred_sync(), self.engine.writer.group.arriving(), self._lock:
             return fn(*args, **kwargs)
 

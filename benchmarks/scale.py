@@ -32,7 +32,8 @@ Sections (one function each; each returns a dict that goes into the results unde
 - ``workers`` (:func:`lake_workers`): context throughput of ``--workers 1`` and ``--workers N``.
 
 - ``ingest`` (:func:`lake_ingest`): 8-client ingestion of one process on a lake, the code of
-  ``--ingest-baseline`` against this checkout, alternating rounds.
+  ``--ingest-baseline`` against this checkout, alternating rounds; ``--ingest-sessions N``
+  spreads the clients' messages over N sessions (default: one per client).
 
 Exit status 1 when a target fails. Results go to ``benchmarks/results/scale-<date>.json`` unless ``--json``.
 """
@@ -392,10 +393,13 @@ def _floor_now(admin: str, data_path: Path, tag: str) -> dict[str, float]:
             "load_avg_1m": os.getloadavg()[0]}
 
 
-def ingest_load(bases: list[str], clients: int, seconds: float, prefix: str) -> dict[str, Any]:
+def ingest_load(bases: list[str], clients: int, seconds: float, prefix: str,
+                sessions: int | None = None) -> dict[str, Any]:
     """``clients`` threads, each writing one message per request to its own session (client
     ``c`` through server ``c % len(bases)``) for ``seconds``: acknowledged messages/s and the
-    latency of an acknowledgement."""
+    latency of an acknowledgement. With ``sessions`` (a multiple of ``clients``) each client
+    writes to its share of them in turn, one message to each."""
+    per_client = max(1, (sessions or clients) // clients)
     lat: list[list[float]] = [[] for _ in range(clients)]
     errors = [0] * clients
     start = threading.Barrier(clients + 1)
@@ -408,8 +412,9 @@ def ingest_load(bases: list[str], clients: int, seconds: float, prefix: str) -> 
             i = 0
             while time.perf_counter() < stop_at[0]:
                 t0 = time.perf_counter()
-                r = http.post(f"/v1/sessions/{prefix}-{c}/messages", json={"messages": [
-                    {"role": "user" if i % 2 == 0 else "assistant",
+                sid = f"{prefix}-{c}" if per_client == 1 else f"{prefix}-{c}-{i % per_client}"
+                r = http.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+                    {"role": "user" if (i // per_client) % 2 == 0 else "assistant",
                      "content": f"Message {i} of client {c}: we talked about the lake, the "
                                 f"catalog and the commit number {i * 7 + c}."}]})
                 if r.status_code == 200:
@@ -428,8 +433,9 @@ def ingest_load(bases: list[str], clients: int, seconds: float, prefix: str) -> 
         t.join()
     wall = time.perf_counter() - t0
     every = [x for part in lat for x in part]
-    return {"clients": clients, "processes": len(bases), "seconds": round(wall, 2),
-            "messages": len(every), "errors": sum(errors), "messages_per_s": len(every) / wall,
+    return {"clients": clients, "processes": len(bases), "sessions": clients * per_client,
+            "seconds": round(wall, 2), "messages": len(every), "errors": sum(errors),
+            "messages_per_s": len(every) / wall,
             "p50_ms": _pct(every, 0.5), "p95_ms": _pct(every, 0.95),
             "load_avg_1m": os.getloadavg()[0]}
 
@@ -606,9 +612,12 @@ def lake_ingest(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     acknowledges with ``--clients`` clients: the code of ``--ingest-baseline`` against this
     checkout, each on a lake of its own, both running, loaded in turn for ``--ingest-rounds``
     rounds of ``--ingest-seconds`` (order alternating; a round is long enough to hold the
-    commits of derived rows, one every ~2 s)."""
+    commits of derived rows, one every ~2 s). The clients write to ``--ingest-sessions``
+    sessions (default: one each)."""
     code = checkout(args.ingest_baseline, root)
-    out: dict[str, Any] = {"clients": args.clients, "baseline": args.ingest_baseline,
+    sessions = args.ingest_sessions or args.clients
+    out: dict[str, Any] = {"clients": args.clients, "sessions": sessions,
+                           "baseline": args.ingest_baseline,
                            "rounds": [], "load_avg_1m_start": os.getloadavg()[0]}
     with ExitStack() as stack:
         bases, dsns = {}, {}
@@ -619,12 +628,13 @@ def lake_ingest(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             bases[tag] = stack.enter_context(rest_server(
                 src, folder / "data", catalog=f"postgres:{dsns[tag]}",
                 data_path=str(folder / "lake")))
-            ingest_load([bases[tag]], args.clients, 2.0, "warm")
+            ingest_load([bases[tag]], args.clients, 2.0, "warm", sessions)
         per: dict[str, list[float]] = {"baseline": [], "new": []}
         for r in range(args.ingest_rounds):
             for tag in ("baseline", "new") if r % 2 == 0 else ("new", "baseline"):
                 before, cpu = _cce_commits(dsns[tag]), _cpu_times()
-                fig = ingest_load([bases[tag]], args.clients, args.ingest_seconds, f"r{r}")
+                fig = ingest_load([bases[tag]], args.clients, args.ingest_seconds, f"r{r}",
+                                  sessions)
                 _commit_figures(fig, before, _cce_commits(dsns[tag]))
                 fig.update(code=tag, round=r, steal_pct=_steal_pct(cpu, _cpu_times()))
                 out["rounds"].append(fig)
@@ -698,6 +708,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="ingest section: rounds per server, alternating (default 6)")
     ap.add_argument("--ingest-seconds", type=float, default=8.0,
                     help="ingest section: seconds per round (default 8)")
+    ap.add_argument("--ingest-sessions", type=int, default=None,
+                    help="ingest section: sessions the clients write to, in turn (default: one "
+                         "per client; a multiple of --clients)")
     ap.add_argument("--json", type=Path, default=None,
                     help="results file (default benchmarks/results/scale-<date>.json)")
     args = ap.parse_args(argv)

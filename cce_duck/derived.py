@@ -4,6 +4,8 @@ warm-tier merges."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,8 @@ from cce_duck.rows import TurnRows, quantize, run_with, vectors_of
 from cce_duck.store import Store
 from cce_duck.text import estimate_tokens
 
-__all__ = ["csv", "derive_turns", "note_fields", "run_script", "touch", "write_notes"]
+__all__ = ["csv", "derive_turns", "note_fields", "run_script", "term_stats", "touch",
+           "write_notes"]
 
 
 def csv(values: Any) -> str:
@@ -39,6 +42,21 @@ def derive_turns(store: Store, config: Config, sid: str, rows: list[dict[str, An
     return out
 
 
+def term_stats(store: Store, sids: Iterable[str]) -> dict[str, tuple[Counter[str], int]]:
+    """Per session of ``sids``: the document frequency of each of its terms and its number of
+    BM25 documents (what note labels weigh terms by), read with one query of each for them
+    all."""
+    sids = sorted(set(sids))
+    out: dict[str, tuple[Counter[str], int]] = {s: (Counter(), 0) for s in sids}
+    if not sids:
+        return out
+    for sid, term, n in store.q("sessions_df", {"sids": sids}).fetchall():
+        out[sid][0][term] = int(n)
+    for sid, n in store.q("sessions_docs", {"sids": sids}).fetchall():
+        out[sid] = (out[sid][0], int(n))
+    return out
+
+
 def note_fields(store: Store, sid: str, first: int, last: int,
                 nid: int | list[int] | None = None) -> dict[str, Any] | None:
     """Label, summary, span, sizes and vector of a note over the stored turns ``first..last``
@@ -52,14 +70,12 @@ def note_fields(store: Store, sid: str, first: int, last: int,
     vecs = vectors_of(tbl.column("vector"), store.dim)
     part = [topics.TopicTurn(r["turn_no"], r["role"], r["speaker"], r["content"] or "", r["ts"])
             for r in rows]
-    df_rows = store.q("session_df", {"sid": sid}).fetchall()
-    docs = store.q("session_docs", {"sid": sid}).fetchone()
-    df = {r[0]: int(r[1]) for r in df_rows}
+    df, docs = term_stats(store, [sid])[sid]
     summary = topics.meso_summary(part, vecs)
     return {
         "start_turn": part[0].turn_no, "end_turn": part[-1].turn_no,
         "start_ts": part[0].ts, "end_ts": part[-1].ts,
-        "label": topics.label(part, df, int(docs[0]) if docs else 0),
+        "label": topics.label(part, df, docs),
         "summary": summary, "summary_tokens": estimate_tokens(summary),
         "raw_tokens": sum(int(r["tokens"]) for r in rows),
         "vector": topics.unit(vecs.mean(axis=0)),

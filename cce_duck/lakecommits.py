@@ -230,8 +230,9 @@ class LakeCommits:
         ids = self._take_note_ids(total)
         notes: list[dict[str, Any]] = []
         mapping: list[tuple[str, int, int]] = []
+        stats = w._term_dfs(p[0] for p in plans)  # (one read for every session that misses)
         for sid, turns, tokens, mat, groups in plans:
-            df, n_docs = w._term_df(sid)
+            df, n_docs = stats[sid]
             part, ids = ids[:len(groups)], ids[len(groups):]
             n, m = w._notes_of(sid, turns, tokens, mat, groups, df, n_docs, part)
             notes += n

@@ -32,7 +32,7 @@ from cce_duck import backlog, clock, topics
 from cce_duck.allocator import release_free_memory
 from cce_duck.backlog import Backlog
 from cce_duck.config import Config
-from cce_duck.derived import write_notes
+from cce_duck.derived import term_stats, write_notes
 from cce_duck.embedders.base import Matrix
 from cce_duck.errors import CCEError, ConflictError, StorageError
 from cce_duck.folder import JOURNAL_FILE
@@ -846,16 +846,24 @@ class Writer:
 
     def _term_df(self, sid: str) -> tuple[Counter[str], int]:
         """Document frequencies of a session's terms, kept in memory once loaded."""
+        return self._term_dfs([sid])[sid]
+
+    def _term_dfs(self, sids: Iterable[str]) -> dict[str, tuple[Counter[str], int]]:
+        """:meth:`_term_df` of several sessions, those not in memory read with one query for
+        them all (a commit that labels notes of many sessions does not scan the postings once
+        per session). Each is returned even when more sessions are asked for than memory
+        keeps."""
         if self._foreign_due:
             self._forget_foreign()
-        if sid not in self._df:
-            rows = self.store.q("session_df", {"sid": sid}).fetchall()
-            docs = self.store.q("session_docs", {"sid": sid}).fetchone()
-            self._df[sid] = (Counter({r[0]: int(r[1]) for r in rows}), int(docs[0]) if docs else 0)
-            while len(self._df) > (LAKE_DF_SESSIONS if self._lake else DF_SESSIONS):
-                self._df.popitem(last=False)
-        self._df.move_to_end(sid)
-        return self._df[sid]
+        sids = list(dict.fromkeys(sids))
+        out = {s: self._df[s] for s in sids if s in self._df}
+        out.update(term_stats(self.store, [s for s in sids if s not in out]))
+        for sid in sids:
+            self._df[sid] = out[sid]
+            self._df.move_to_end(sid)
+        while len(self._df) > (LAKE_DF_SESSIONS if self._lake else DF_SESSIONS):
+            self._df.popitem(last=False)
+        return out
 
     def forget_stats(self, session_id: str) -> None:
         """Drop cached statistics of a session (after turns were edited or removed)."""

@@ -71,10 +71,12 @@ ORDER BY t.session_id;
 SELECT message_id, turn_no, role, content_hash FROM main.turns
 WHERE session_id = $sid AND message_id IS NOT NULL;
 
--- name: session_docs
--- Number of a session's turns that have their derived rows (BM25 documents): on a lake the
--- last acknowledged turns may not have them yet.
-SELECT count(*) FROM main.message_vectors WHERE session_id = $sid;
+-- name: sessions_docs
+-- Number of the turns of each session in $sids that have their derived rows (BM25 documents):
+-- on a lake the last acknowledged turns may not have them yet.
+SELECT session_id, count(*) AS n FROM main.message_vectors
+WHERE session_id IN (SELECT unnest($sids::VARCHAR[]))
+GROUP BY session_id;
 
 -- name: next_note_ids
 -- Reserve note ids.

@@ -55,13 +55,18 @@ FROM main.turns AS t JOIN main.message_vectors AS m USING (session_id, turn_no)
 WHERE t.session_id = $sid AND t.note_id IS NULL AND t.turn_no < $before
 ORDER BY t.turn_no;
 
--- name: session_df
--- Document frequency of every term of a session.
-SELECT term, count(*) AS df FROM main.postings WHERE session_id = $sid GROUP BY term;
+-- name: sessions_df
+-- Document frequency of every term of each session in $sids (one scan for them all: on a lake
+-- a commit of derived rows labels the notes of many sessions at once).
+SELECT session_id, term, count(*) AS df FROM main.postings
+WHERE session_id IN (SELECT unnest($sids::VARCHAR[]))
+GROUP BY session_id, term;
 
--- name: session_docs
--- Number of turns (BM25 documents) of a session.
-SELECT count(*) FROM main.turns WHERE session_id = $sid;
+-- name: sessions_docs
+-- Number of turns (BM25 documents) of each session in $sids that has any.
+SELECT session_id, count(*) AS n FROM main.turns
+WHERE session_id IN (SELECT unnest($sids::VARCHAR[]))
+GROUP BY session_id;
 
 -- name: next_note_ids
 -- Reserve note ids.

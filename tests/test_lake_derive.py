@@ -302,3 +302,43 @@ def test_the_catalog_refuses_a_turn_number_given_twice(pg_lake: LakeSpec) -> Non
     finally:
         a.close()
         b.close()
+
+
+def test_one_read_of_term_statistics_labels_the_notes_of_many_sessions(
+        lake: LakeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit of derived rows that writes notes for several sessions reads their term
+    statistics (what labels weigh words by) with one query for them all, not one per session
+    (each a scan of the lake's postings files), even for more sessions than a writer keeps
+    statistics of in memory; a session whose statistics are in memory is not read again."""
+    from cce_duck import writer as writer_mod
+    from cce_duck.derived import term_stats
+
+    monkeypatch.setattr(writer_mod, "LAKE_DF_SESSIONS", 2)
+    sids = [f"d{i}" for i in range(4)]
+    with _engine(lake, derive_after_s=NEVER, hot_tier_max_turns=2, live_batch_turns=4) as eng:
+        reads: list[list[str]] = []
+        q = eng.store.q
+
+        def counting(name: str, params: Any = None, **kw: Any) -> Any:
+            if name in ("sessions_df", "session_df"):
+                reads.append(sorted(params["sids"]) if "sids" in params else [params["sid"]])
+            return q(name, params, **kw)
+
+        monkeypatch.setattr(eng.store, "q", counting)
+        for sid in sids:
+            for m in topic_messages():
+                eng.add_message(sid, m["role"], m["content"])
+        assert not reads  # (acknowledged: nothing derived yet)
+        eng.notes(sids[0])  # a read of the tables commits every waiting derived row first
+        assert reads == [sids]
+        for sid in sids:
+            notes = eng.notes(sid)
+            assert len(notes) > 0
+            assert all(n["label"] for n in notes.to_dicts())
+        with eng.store.write_lock:
+            stats = eng.writer._term_dfs(sids[2:])  # the two kept in memory: no read
+            assert len(reads) == 1
+            stored = term_stats(eng.store, sids)
+            assert all(stats[s] == stored[s] for s in sids[2:])
+            assert all(stored[s][1] == len(topic_messages()) for s in sids)
+            assert all(stored[s][0]["budget"] >= 1 for s in sids)

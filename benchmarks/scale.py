@@ -613,9 +613,12 @@ def lake_ingest(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     checkout, each on a lake of its own, both running, loaded in turn for ``--ingest-rounds``
     rounds of ``--ingest-seconds`` (order alternating; a round is long enough to hold the
     commits of derived rows, one every ~2 s). The clients write to ``--ingest-sessions``
-    sessions (default: one each)."""
+    sessions (default: one each, new ones every round), the same ones in every round."""
     code = checkout(args.ingest_baseline, root)
     sessions = args.ingest_sessions or args.clients
+    # with --ingest-sessions the rounds go on writing the same sessions, which grow past the
+    # hot window: their commits of derived rows write notes (fresh sessions write none)
+    grow = "s" if args.ingest_sessions else None
     out: dict[str, Any] = {"clients": args.clients, "sessions": sessions,
                            "baseline": args.ingest_baseline,
                            "rounds": [], "load_avg_1m_start": os.getloadavg()[0]}
@@ -628,13 +631,13 @@ def lake_ingest(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             bases[tag] = stack.enter_context(rest_server(
                 src, folder / "data", catalog=f"postgres:{dsns[tag]}",
                 data_path=str(folder / "lake")))
-            ingest_load([bases[tag]], args.clients, 2.0, "warm", sessions)
+            ingest_load([bases[tag]], args.clients, 2.0, grow or "warm", sessions)
         per: dict[str, list[float]] = {"baseline": [], "new": []}
         for r in range(args.ingest_rounds):
             for tag in ("baseline", "new") if r % 2 == 0 else ("new", "baseline"):
                 before, cpu = _cce_commits(dsns[tag]), _cpu_times()
-                fig = ingest_load([bases[tag]], args.clients, args.ingest_seconds, f"r{r}",
-                                  sessions)
+                fig = ingest_load([bases[tag]], args.clients, args.ingest_seconds,
+                                  grow or f"r{r}", sessions)
                 _commit_figures(fig, before, _cce_commits(dsns[tag]))
                 fig.update(code=tag, round=r, steal_pct=_steal_pct(cpu, _cpu_times()))
                 out["rounds"].append(fig)

@@ -96,6 +96,8 @@ class LakeCommits:
                 ids = w._id_cache.get(t["session_id"]) if t["message_id"] is not None else None
                 if ids is not None:
                     ids[t["message_id"]] = (t["turn_no"], t["role"], t["content_hash"])
+            if any(t["message_id"] is not None for t in rows.turns):
+                w.trim_ids()
             w._buffer = w._buffer[len(taken):]  # (what arrived meanwhile waits for the next)
             w._rows, w._rows_n = TurnRows(), 0
             if w._buffer:

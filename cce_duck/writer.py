@@ -60,7 +60,9 @@ FLUSH_AFTER_S = 2.0  # journaled messages a context served from memory reach the
 DF_SESSIONS = 4  # sessions whose term statistics stay in memory (labels need them only when a
 # topic closes, about once per `live_batch_turns` turns; a reload is one small query)
 LAKE_DF_SESSIONS = 16  # the same on a lake, where a query is a round of catalog reads
-LAKE_ID_SESSIONS = 64  # sessions whose client message ids a lake writer keeps in memory
+LAKE_IDS = 200_000  # client message ids a lake writer keeps in memory, the least recently
+# written sessions' dropped first (~35 MB; a session's ids are read from the lake again when it
+# is written next, a scan of its turns holding the write lock)
 ANALYSED_MAX = 4096  # analyses made ahead of a lake commit kept at most (a call that failed
 # after making them leaves them behind)
 
@@ -567,10 +569,18 @@ class Writer:
             rows = self.store.q("session_message_ids", {"sid": sid}, source="lake.sql").fetchall()
             ids = {str(r[0]): (int(r[1]), str(r[2]), int(r[3])) for r in rows}
             self._id_cache[sid] = ids
-            while len(self._id_cache) > LAKE_ID_SESSIONS:
-                self._id_cache.popitem(last=False)
+            self.trim_ids()
         self._id_cache.move_to_end(sid)
         return ids
+
+    def trim_ids(self) -> None:
+        """Drop the client ids of the least recently written sessions while more than
+        :data:`LAKE_IDS` are kept (those of the last one written stay whatever their number).
+        Bounded by ids, not sessions: a server writing to hundreds of sessions at once keeps
+        them all (a bound of 64 sessions had each write to the others read the lake)."""
+        total = sum(len(v) for v in self._id_cache.values())
+        while total > LAKE_IDS and len(self._id_cache) > 1:
+            total -= len(self._id_cache.popitem(last=False)[1])
 
     def _load_journal(self) -> None:
         """Put the journal's records that the tables do not hold yet into the buffer."""

@@ -25,6 +25,7 @@ from cce_duck.embedders import register_embedder
 from cce_duck.embedders.hash import HashEmbedder
 from cce_duck.errors import (
     CCEError,
+    ConflictError,
     EmbedderMismatchError,
     FolderInUseError,
     StorageError,
@@ -679,3 +680,51 @@ def test_a_passphrase_never_encrypts_an_existing_plain_lake(lake: LakeSpec) -> N
         eng.add_message(SID, "user", "plain")
     with pytest.raises(EncryptionError, match="is not encrypted"):
         _engine(lake, encryption_key="correct horse")
+
+
+def test_client_ids_of_many_sessions_stay_in_memory_up_to_a_bound_of_ids(
+        lake: LakeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lake writer reads a session's client message ids once and keeps them: a retry needs
+    them, and each read is a scan of the session's turns holding the write lock. What it
+    keeps is bounded by ids, not by sessions: a server writing to a hundred sessions keeps them
+    all (a bound of 64 sessions had every write to the others read the lake again). Past the
+    bound the least recently written sessions are dropped, and a retry to one of them is read
+    from the lake and still stored once."""
+    from cce_duck import writer as writer_mod
+
+    sids = [f"c{i}" for i in range(100)]
+    with _engine(lake) as eng:
+        reads: list[str] = []
+        q = eng.store.q
+
+        def counting(name: str, params: Any = None, **kw: Any) -> Any:
+            if name == "session_message_ids":
+                reads.append(params["sid"])
+            return q(name, params, **kw)
+
+        monkeypatch.setattr(eng.store, "q", counting)
+        for sid in sids:
+            assert eng.add_messages(sid, [{"role": "user", "content": f"hi {sid}", "id": "a"},
+                                          {"role": "assistant", "content": "hello",
+                                           "id": "b"}]) == [0, 1]
+        assert reads == sids  # (once each: a new session's ids are looked for once)
+        for sid in sids:  # retries, and one new message each
+            assert eng.add_messages(sid, [{"role": "user", "content": f"hi {sid}", "id": "a"},
+                                          {"role": "user", "content": "again", "id": "c"}]
+                                    ) == [0, 2]
+        assert len(reads) == len(sids)  # no session was read again
+
+        monkeypatch.setattr(writer_mod, "LAKE_IDS", 10)
+        assert eng.add_messages(sids[-1], [{"role": "user", "content": "more", "id": "d"}]
+                                ) == [3]
+        assert len(eng.writer._id_cache) == 3  # (trimmed after that commit: 3 + 3 + 4 ids)
+        assert eng.add_messages(sids[0], [{"role": "user", "content": f"hi {sids[0]}",
+                                           "id": "a"}]) == [0]
+        assert reads[-1] == sids[0]  # dropped, so read from the lake again
+        with pytest.raises(ConflictError):  # (read back from the lake: the same check)
+            eng.add_messages(sids[0], [{"role": "user", "content": "not the same", "id": "b"}])
+        turns = eng.store.con.execute(
+            "SELECT session_id, count(*), count(DISTINCT turn_no) FROM main.turns "
+            "GROUP BY session_id").fetchall()
+        assert len(turns) == len(sids)
+        assert all(n == d == (4 if s == sids[-1] else 3) for s, n, d in turns), turns

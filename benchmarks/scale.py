@@ -33,7 +33,8 @@ Sections (one function each; each returns a dict that goes into the results unde
 
 - ``ingest`` (:func:`lake_ingest`): 8-client ingestion of one process on a lake, the code of
   ``--ingest-baseline`` against this checkout, alternating rounds; ``--ingest-sessions N``
-  spreads the clients' messages over N sessions (default: one per client).
+  spreads the clients' messages over N sessions (default: one per client), ``--ingest-ids``
+  gives every message a client id.
 
 Exit status 1 when a target fails. Results go to ``benchmarks/results/scale-<date>.json`` unless ``--json``.
 """
@@ -51,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
@@ -394,11 +396,12 @@ def _floor_now(admin: str, data_path: Path, tag: str) -> dict[str, float]:
 
 
 def ingest_load(bases: list[str], clients: int, seconds: float, prefix: str,
-                sessions: int | None = None) -> dict[str, Any]:
+                sessions: int | None = None, ids: bool = False) -> dict[str, Any]:
     """``clients`` threads, each writing one message per request to its own session (client
     ``c`` through server ``c % len(bases)``) for ``seconds``: acknowledged messages/s and the
     latency of an acknowledgement. With ``sessions`` (a multiple of ``clients``) each client
-    writes to its share of them in turn, one message to each."""
+    writes to its share of them in turn, one message to each; with ``ids`` every message
+    carries a client id (a new UUID: what a client that retries safely sends)."""
     per_client = max(1, (sessions or clients) // clients)
     lat: list[list[float]] = [[] for _ in range(clients)]
     errors = [0] * clients
@@ -413,10 +416,12 @@ def ingest_load(bases: list[str], clients: int, seconds: float, prefix: str,
             while time.perf_counter() < stop_at[0]:
                 t0 = time.perf_counter()
                 sid = f"{prefix}-{c}" if per_client == 1 else f"{prefix}-{c}-{i % per_client}"
-                r = http.post(f"/v1/sessions/{sid}/messages", json={"messages": [
-                    {"role": "user" if (i // per_client) % 2 == 0 else "assistant",
-                     "content": f"Message {i} of client {c}: we talked about the lake, the "
-                                f"catalog and the commit number {i * 7 + c}."}]})
+                msg = {"role": "user" if (i // per_client) % 2 == 0 else "assistant",
+                       "content": f"Message {i} of client {c}: we talked about the lake, the "
+                                  f"catalog and the commit number {i * 7 + c}."}
+                if ids:
+                    msg["id"] = str(uuid.uuid4())
+                r = http.post(f"/v1/sessions/{sid}/messages", json={"messages": [msg]})
                 if r.status_code == 200:
                     lat[c].append((time.perf_counter() - t0) * 1e3)
                 else:
@@ -619,7 +624,7 @@ def lake_ingest(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     # with --ingest-sessions the rounds go on writing the same sessions, which grow past the
     # hot window: their commits of derived rows write notes (fresh sessions write none)
     grow = "s" if args.ingest_sessions else None
-    out: dict[str, Any] = {"clients": args.clients, "sessions": sessions,
+    out: dict[str, Any] = {"clients": args.clients, "sessions": sessions, "ids": args.ingest_ids,
                            "baseline": args.ingest_baseline,
                            "rounds": [], "load_avg_1m_start": os.getloadavg()[0]}
     with ExitStack() as stack:
@@ -631,13 +636,14 @@ def lake_ingest(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             bases[tag] = stack.enter_context(rest_server(
                 src, folder / "data", catalog=f"postgres:{dsns[tag]}",
                 data_path=str(folder / "lake")))
-            ingest_load([bases[tag]], args.clients, 2.0, grow or "warm", sessions)
+            ingest_load([bases[tag]], args.clients, 2.0, grow or "warm", sessions,
+                        args.ingest_ids)
         per: dict[str, list[float]] = {"baseline": [], "new": []}
         for r in range(args.ingest_rounds):
             for tag in ("baseline", "new") if r % 2 == 0 else ("new", "baseline"):
                 before, cpu = _cce_commits(dsns[tag]), _cpu_times()
                 fig = ingest_load([bases[tag]], args.clients, args.ingest_seconds,
-                                  grow or f"r{r}", sessions)
+                                  grow or f"r{r}", sessions, args.ingest_ids)
                 _commit_figures(fig, before, _cce_commits(dsns[tag]))
                 fig.update(code=tag, round=r, steal_pct=_steal_pct(cpu, _cpu_times()))
                 out["rounds"].append(fig)
@@ -711,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="ingest section: rounds per server, alternating (default 6)")
     ap.add_argument("--ingest-seconds", type=float, default=8.0,
                     help="ingest section: seconds per round (default 8)")
+    ap.add_argument("--ingest-ids", action="store_true",
+                    help="ingest section: every message carries a client id (a new UUID)")
     ap.add_argument("--ingest-sessions", type=int, default=None,
                     help="ingest section: sessions the clients write to, in turn (default: one "
                          "per client; a multiple of --clients)")

@@ -725,6 +725,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None,
                     help="results file (default benchmarks/results/scale-<date>.json)")
     args = ap.parse_args(argv)
+    if args.ingest_sessions is not None and (
+            args.ingest_sessions < args.clients or args.ingest_sessions % args.clients):
+        ap.error(f"--ingest-sessions must be a multiple of --clients ({args.clients}), "
+                 f"got {args.ingest_sessions}")
     chosen = [n for n in SECTIONS if getattr(args, n)] or list(SECTIONS)
     results: dict[str, dict[str, Any]] = {}
     root = Path(tempfile.mkdtemp(prefix="cce_scale_"))

@@ -20,12 +20,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from typing import Any
 
 from cce_duck.changefeed import ChangeFeed, Changes
 from cce_duck.errors import StorageError
 from cce_duck.leases import LINGER_S, CatalogLink, CommitLock, Leases
+from cce_duck.refresher import Refresher
 from cce_duck.sqlfiles import query
 
 __all__ = ["PG_PREFIX", "Coordinator", "is_conflict"]
@@ -58,6 +60,8 @@ class Coordinator:
         #: The catalog error of the last refresh (``None`` while the catalog answers).
         self.stale: StorageError | None = None
         self._lock = threading.RLock()
+        #: Refreshes shared by the reads that wait for one (see :mod:`cce_duck.refresher`).
+        self.refresher = Refresher(self.refresh)
         #: Conflicting commits run again, and refreshes that found changes.
         self.retries = 0
         self.refreshes = 0
@@ -123,8 +127,15 @@ class Coordinator:
         self.retries += 1
         time.sleep(min(0.005 * 2 ** attempt, 0.2))
 
+    def refreshed(self) -> Future[None]:
+        """A future done once a :meth:`refresh` that began after this call has ended (shared
+        with the other reads waiting then; for a caller that must not block, such as a
+        server's event loop)."""
+        return self.refresher.after_now()
+
     def close(self) -> None:
         """Close the catalog connection (its leases go with it)."""
+        self.refresher.close()
         self.leases.close()
         self.link.close()
         self.commit_lock.link.close()

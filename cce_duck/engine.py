@@ -383,20 +383,24 @@ class Engine(ManagementMixin):
     def context_in_memory(self, session_id: str, query: str, *, max_tokens: int | None = None,
                           top_k: int | None = None, since: datetime | str | None = None,
                           until: datetime | str | None = None, last_turns: int | None = None,
-                          explain: bool = False) -> ContextPayload | None:
+                          explain: bool = False, fresh: bool = False) -> ContextPayload | None:
         """:meth:`context`, when it can be built from memory alone, without waiting for
-        anything: on a local file, none of the session's messages waiting to be stored, its
-        index cached and current, the query embedded in microseconds (an embedder that says
-        it is ``cheap``), not an overview question (that one reads the tables), a session of
-        at most :data:`IN_MEMORY_MAX_TURNS` turns. Else ``None``, having done nothing: call
-        :meth:`context`. The same context :meth:`context` gives.
+        anything: on a local file, or on a lake shared with other processes when the caller
+        has just read the change feed (``fresh``: a refresh that began after the call arrived
+        ended without error; see :meth:`Coordinator.refreshed
+        <cce_duck.coordinator.Coordinator.refreshed>`); none of the session's messages waiting
+        to be stored, its index cached and current, the query embedded in microseconds (an
+        embedder that says it is ``cheap``), not an overview question (that one reads the
+        tables), a session of at most :data:`IN_MEMORY_MAX_TURNS` turns. Else ``None``, having
+        done nothing: call :meth:`context`. The same context :meth:`context` gives.
 
         A server answers these on its event loop: handing a call of a few milliseconds of
         Python to a thread costs more than the call (docs/concurrency.md)."""
         sid = validate_session_id(session_id)
         store = self.store
-        if (store.coordinator is not None or not getattr(store.embedder, "cheap", False)
-                or store.failure is not None
+        coord = store.coordinator
+        if (not self.may_answer_in_memory()
+                or (coord is not None and (not fresh or coord.stale is not None))
                 or (not store.read_only and self.writer.waiting(sid))):
             return None
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
@@ -407,6 +411,11 @@ class Engine(ManagementMixin):
             return None                                                  # empties its buffer)
         payload = build_context(store, self.config, req, explain=explain, index=index)
         return self._served(payload, req, background=True)
+
+    def may_answer_in_memory(self) -> bool:
+        """Whether :meth:`context_in_memory` may answer at all now: the query is embedded in
+        microseconds (an embedder that says it is ``cheap``) and the store has not failed."""
+        return bool(getattr(self.store.embedder, "cheap", False)) and self.store.failure is None
 
     def _served(self, payload: ContextPayload, req: ContextRequest, *,
                 background: bool = False) -> ContextPayload:

@@ -10,6 +10,7 @@ single-threaded engine answers for the same history at the same point.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import threading
@@ -419,6 +420,50 @@ def test_a_read_takes_in_other_processes_commits_while_a_write_holds_the_lock(
                          "ORDER BY turn_no").rows()
             assert [r[0] for r in rows] == [0, 1, 2]
             assert "compost" in rows[2][1]
+        finally:
+            a.close()
+            b.close()
+
+
+def test_a_server_builds_a_lake_context_in_memory_after_a_fresh_read_of_the_change_feed(
+        tmp_path: Path) -> None:
+    """Two engines on one lake with a PostgreSQL catalog. A server's context is built on its
+    event loop from memory only after a read of the change feed that began after the call
+    arrived (shared by the contexts waiting then): without one the engine declines; with one
+    it answers what Engine.context answers, and a commit of the other engine makes it decline
+    (its cached index is dropped) until the index is loaded again, with that commit's turn."""
+    with make_lake("postgres", tmp_path) as spec:
+        a, b = (Engine(Config(data_dir=None, embedder="hash", **spec.config()))
+                for _ in range(2))
+        try:
+            coord = a.store.coordinator
+            assert coord is not None
+            served = Serialized(a)
+            a.add_message("s", "user", "the first words about tomatoes")
+            a.context("s", "tomatoes")  # loads the index
+            assert a.context_in_memory("s", "tomatoes") is None  # no fresh read of the feed
+            coord.refreshed().result(10)
+            fast = a.context_in_memory("s", "tomatoes", fresh=True)
+            assert fast is not None
+            assert fast.to_dict() == a.context("s", "tomatoes").to_dict()
+
+            assert b.add_message("s", "user", "the second words about a tram in Lisbon") == 1
+            coord.refreshed().result(10)  # finds b's commit: a's index of s is dropped
+            assert a.context_in_memory("s", "the tram", fresh=True) is None
+            got = asyncio.run(served.context("s", "the tram in Lisbon"))  # (loads it again)
+            assert "tram in Lisbon" in json.dumps(got.to_dict())
+
+            async def many() -> list[Any]:
+                return await asyncio.gather(*(served.context("s", "the tram in Lisbon")
+                                              for _ in range(16)))
+
+            runs = coord.refresher.runs
+            answers = asyncio.run(many())
+            assert all(x.to_dict() == got.to_dict() for x in answers)
+            assert coord.refresher.runs - runs < 16  # the waiting contexts shared reads
+            assert b.add_message("s", "user", "the third words, about compost") == 2
+            third = asyncio.run(served.context("s", "compost"))
+            assert "compost" in json.dumps(third.to_dict())  # acknowledged by b: seen by a
         finally:
             a.close()
             b.close()

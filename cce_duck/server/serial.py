@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
@@ -74,8 +75,16 @@ class Serialized:
         """``Engine.context`` for a server's event loop: built right there when it can be from
         memory alone (:meth:`Engine.context_in_memory`: a few milliseconds of Python, which a
         hand-off to a thread would only make slower), else by :meth:`read` on a worker
-        thread (it may read the store or wait for the write lock)."""
-        payload = self.engine.context_in_memory(session_id, query, **kwargs)
+        thread (it may read the store or wait for the write lock). On a lake shared with other
+        processes the loop first awaits a read of the change feed that began after the call
+        arrived, shared with the other contexts waiting then (:mod:`cce_duck.refresher`)."""
+        engine = self.engine
+        coord = engine.store.coordinator
+        fresh = False
+        if coord is not None and engine.may_answer_in_memory():
+            await asyncio.wrap_future(coord.refreshed())
+            fresh = True
+        payload = engine.context_in_memory(session_id, query, fresh=fresh, **kwargs)
         if payload is not None:
             return payload
         built: ContextPayload = await run_in_threadpool(

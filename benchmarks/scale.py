@@ -26,7 +26,8 @@ Sections (one function each; each returns a dict that goes into the results unde
   cce_duck's acknowledgement commits in the catalog in the same window, and over all its
   commits, those of derived rows included: see ``cce_duck.backlog``), context p50/p95 with
   ``--clients`` clients on a store of the LoCoMo dev conversations, and data files per 1,000
-  messages before and after ``ducklake_merge_adjacent_files``. Every figure records the 1-minute
+  messages before and after ``cce compact`` (``ducklake_merge_adjacent_files``, then expiry and
+  clean-up; ``compact``: its report and time). Every figure records the 1-minute
   load average when it ended (``load_avg_1m``).
 
 - ``workers`` (:func:`lake_workers`): context throughput of ``--workers 1`` and ``--workers N``.
@@ -499,6 +500,22 @@ def _data_files(dsn: str, data_path: Path) -> tuple[int, int]:
     return int(row[0]) if row else 0, int(turns[0]) if turns else 0
 
 
+def compact_lake(dsn: str, data_path: Path) -> dict[str, Any]:
+    """``Engine.compact()`` on the lake (what ``cce compact --catalog`` runs: merge, purge,
+    expire, clean up) in this process, timed (opening the lake not counted); its report (data
+    files and bytes before and after) and the Parquet files on disk after."""
+    from cce_duck import Engine
+    from cce_duck.config import Config
+
+    with Engine(Config(data_dir=None, embedder="hash", catalog=f"postgres:{dsn}",
+                       data_path=data_path)) as eng:
+        t0 = time.perf_counter()
+        out: dict[str, Any] = dict(eng.compact())
+        out["seconds"] = time.perf_counter() - t0
+    out["parquet_files_on_disk"] = sum(1 for _ in data_path.rglob("*.parquet"))
+    return out
+
+
 def lake_figures(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """The lake section (see the module's docstring)."""
     out: dict[str, Any] = {"load_avg_1m_start": os.getloadavg()[0], "clients": args.clients}
@@ -529,12 +546,9 @@ def lake_figures(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 out[f"lake_ingest_{emb}_{n}p"] = fig
             if emb == "hash":
                 files, turns = _data_files(dsn, data_path)
-                con = _lake_con(dsn, data_path)
-                t0 = time.perf_counter()
-                con.execute("CALL ducklake_merge_adjacent_files('lake')")
-                out["merge_s"] = time.perf_counter() - t0
-                con.close()
+                out["compact"] = compact_lake(dsn, data_path)
                 after, _ = _data_files(dsn, data_path)
+                out["merge_s"] = out["compact"]["seconds"]
                 out["lake_messages"] = turns
                 out["data_files_per_1000_before_merge"] = files * 1000 / max(turns, 1)
                 out["data_files_per_1000_after_merge"] = after * 1000 / max(turns, 1)

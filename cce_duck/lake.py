@@ -48,8 +48,8 @@ from cce_duck.errors import (
 )
 from cce_duck.sqlfiles import statement
 
-__all__ = ["EXTENSIONS", "LAKE_NAME", "Lake", "connect", "ddl", "load_extensions", "purge",
-           "rewrite_catalog"]
+__all__ = ["EXTENSIONS", "LAKE_NAME", "Lake", "connect", "data_files", "ddl", "load_extensions",
+           "merge", "purge", "rewrite_catalog"]
 
 #: The catalog name the lake is attached as (``current_database()`` on a lake store).
 LAKE_NAME = "lake"
@@ -288,6 +288,24 @@ def rewrite_catalog(lake: Lake) -> None:
     os.replace(tmp, path)
     path.with_name(path.name + ".wal").unlink(missing_ok=True)
     folder.fsync(path.parent)
+
+
+def merge(con: duckdb.DuckDBPyConnection) -> None:
+    """Merge each table's small data files that follow one another into larger ones (one or
+    more files per commit pile up while writing); the files merged away stay until
+    :func:`purge` expires the snapshots that use them and deletes them. Run it with no
+    transaction open."""
+    try:
+        con.execute(statement("lake_merge", literals={"name": LAKE_NAME})).fetchall()
+    except duckdb.Error as exc:
+        raise StorageError(f"the lake could not merge its data files: {_first_line(exc)}"
+                           ) from exc
+
+
+def data_files(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """The data files the lake's current snapshot reads, and their bytes (from its catalog)."""
+    row = con.execute(statement("lake_files", identifiers={"meta": META_NAME})).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
 def purge(con: duckdb.DuckDBPyConnection) -> None:

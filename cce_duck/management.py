@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from cce_duck import corrections, deletion, erasure, export, forget, pins, warm
+from cce_duck import corrections, deletion, erasure, export, forget, lake, pins, warm
 from cce_duck.clock import now
 from cce_duck.errors import CCEError, NotFoundError
 from cce_duck.items import owns_items
@@ -199,13 +199,30 @@ class ManagementMixin:
         them but never shrinks the file; a folder ingested in bulk can hold nearly as many free
         blocks as used ones). Stores what is journaled first; contents are unchanged. Returns
         the file's bytes (with its write-ahead log) before and after; an in-memory store has
-        no file (0 and 0). Raises :class:`CCEError` on a read-only store."""
-        if self.store.read_only:
+        no file (0 and 0). Raises :class:`CCEError` on a read-only store.
+
+        On a lake: merge each table's small data files into larger ones (live writing leaves
+        one or more per commit), drop deleted rows from the files, expire the older snapshots
+        and delete the files no snapshot uses any more; it holds the lake's commit lock
+        meanwhile, so other processes' writes wait for it, and they reload what they cached
+        afterwards. Returns the current snapshot's data files and their bytes before and after
+        (``files_before``, ``files_after``, ``bytes_before``, ``bytes_after``)."""
+        store = self.store
+        if store.read_only:
             raise CCEError("this store is open read-only; open it without read_only to compact")
         self.flush()
-        before = _file_bytes(self.store)
-        erasure.scrub(self.store)
-        return {"bytes_before": before, "bytes_after": _file_bytes(self.store)}
+        if store.lake is None:
+            before = _file_bytes(store)
+            erasure.scrub(store)
+            return {"bytes_before": before, "bytes_after": _file_bytes(store)}
+        coord = store.coordinator
+        with store.write_lock, coord.committing() if coord is not None else contextlib.nullcontext():
+            files_before, bytes_before = lake.data_files(store.con)
+            lake.merge(store.con)
+            erasure.scrub(store)  # (expires the snapshots that used the merged files, deletes them)
+            files_after, bytes_after = lake.data_files(store.con)
+        return {"files_before": files_before, "files_after": files_after,
+                "bytes_before": bytes_before, "bytes_after": bytes_after}
 
     # -- export / import ----------------------------------------------------
 

@@ -122,6 +122,17 @@ CALL {name}.set_option('data_inlining_row_limit', 0);
 -- The lake's stand-in for sequences (DuckLake has none): the next value of each counter.
 CREATE TABLE IF NOT EXISTS main._cce_sequences (name VARCHAR NOT NULL, value BIGINT NOT NULL);
 
+-- name: lake_merge
+-- Merge a table's small data files that follow one another into larger ones (live writing
+-- leaves one or more files per commit); the files merged away become old files.
+CALL ducklake_merge_adjacent_files({name});
+
+-- name: lake_files
+-- The data files the lake's current snapshot reads, and their bytes. {meta} is the lake's
+-- metadata catalog.
+SELECT count(*), coalesce(sum(file_size_bytes), 0)::BIGINT
+FROM {meta}.ducklake_data_file WHERE end_snapshot IS NULL;
+
 -- name: lake_rewrite
 -- Rewrite every data file that has deleted rows, so the deleted rows leave it.
 CALL ducklake_rewrite_data_files({name}, delete_threshold => 0.0);

@@ -5,6 +5,7 @@ with an error that names them."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -496,6 +497,61 @@ def test_erasure_leaves_the_text_in_no_file(lake: LakeSpec, how: str) -> None:
         assert eng.sql(f"SELECT count(*) AS n FROM turns WHERE content LIKE '%{MARKER}%'")["n"][0] == 0
         assert eng.context("keep", "Another session?").to_string()  # the rest still reads
     assert _files_with(lake, MARKER) == []  # (also after close: the catalog file's last write)
+
+
+def _parquet(spec: LakeSpec) -> int:
+    return sum(1 for p in spec.data_path.rglob("*.parquet") if p.is_file())
+
+
+def test_compact_merges_small_files_keeps_every_row_and_erasure_still_clears_them(
+        lake: LakeSpec) -> None:
+    """Live writing leaves files per commit; compaction merges them and deletes the old ones
+    from the data path, every row and export stays as it was, the marker survives the merge
+    (it moved into a merged file) and a later erasure still leaves it in no file."""
+    with _engine(lake) as eng:
+        _with_marker(eng, SID, user="u1")
+        for i in range(12):  # one acknowledgement commit (and data file) each
+            eng.add_message("small", "user", f"Message {i}: the tram to the harbour at {i + 8}.")
+        eng.flush()
+        turns = eng.sql("SELECT * FROM turns ORDER BY session_id, turn_no")
+        notes = eng.sql("SELECT * FROM notes ORDER BY note_id")
+        docs = [eng.export_document(s) for s in (SID, "small")]
+        on_disk = _parquet(lake)
+        sizes = eng.compact()
+        assert sizes["files_after"] < sizes["files_before"] - 10, sizes
+        assert _parquet(lake) < on_disk - 10  # the merged-away files are gone from the disk
+        assert eng.sql("SELECT * FROM turns ORDER BY session_id, turn_no").equals(turns)
+        assert eng.sql("SELECT * FROM notes ORDER BY note_id").equals(notes)
+        assert [eng.export_document(s) for s in (SID, "small")] == docs
+        assert _files_with(lake, MARKER), "the merged files must still hold the marker"
+        eng.forget(SID, turns=(9, 9))
+        assert _files_with(lake, MARKER) == []
+        assert eng.add_message("small", "user", "After the merge: the ferry.") == 12
+        assert "ferry" in eng.context("small", "the ferry", max_tokens=200).to_string()
+    with _engine(lake) as eng:  # another open reads the merged lake
+        assert eng.sql("SELECT count(*) AS n FROM turns WHERE session_id = 'small'")["n"][0] == 13
+
+
+def test_cli_compacts_the_lake_it_is_given(lake: LakeSpec) -> None:
+    from typer.testing import CliRunner
+
+    from cce_duck.cli import app
+
+    with _engine(lake) as eng:
+        for i in range(6):
+            eng.add_message("small", "user", f"Message {i} about the harbour.")
+    runner = CliRunner()
+    out = runner.invoke(app, ["compact", "--catalog", lake.catalog, "--data-path",
+                              str(lake.data_path), "--json"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    sizes = json.loads(out.output)
+    assert sizes["files_after"] < sizes["files_before"], sizes
+    out = runner.invoke(app, ["compact", "--catalog", lake.catalog, "--data-path",
+                              str(lake.data_path)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "lake data files:" in out.output
+    with _engine(lake) as eng:
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 6
 
 
 # -- the sandbox ----------------------------------------------------------------------------

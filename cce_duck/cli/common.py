@@ -17,7 +17,7 @@ from cce_duck.engine import Engine
 from cce_duck.errors import CCEError, FolderInUseError
 
 __all__ = ["DataDir", "EmbedderOpt", "JsonOpt", "SummariserModelOpt", "SummariserOpt", "_engine", "_fail",
-           "app", "cli_message", "folder_of"]
+           "app", "cli_message", "folder_of", "lake_options"]
 
 
 def cli_message(exc: BaseException) -> str:
@@ -95,6 +95,12 @@ def use_lake(catalog: str | None, data_path: Path | None) -> None:
 def lake_overrides() -> dict[str, Any]:
     """``Config`` overrides for the lake named on the command line (empty: none)."""
     return dict(_LAKE)
+
+
+def lake_options(catalog: str | None, data_path: Path | None) -> None:
+    """A command's own ``--catalog`` / ``--data-path`` (after ``cce``'s, which they replace)."""
+    if catalog or data_path is not None:
+        use_lake(catalog or lake_overrides().get("catalog"), data_path)
 
 
 @app.callback()

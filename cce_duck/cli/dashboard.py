@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from cce_duck.cli.common import CatalogOpt, DataDir, DataPathOpt, EmbedderOpt
-from cce_duck.cli.serve import Host, lake_options, serve_app, serve_http
+from cce_duck.cli.common import CatalogOpt, DataDir, DataPathOpt, EmbedderOpt, lake_options
+from cce_duck.cli.serve import Host, serve_app, serve_http
 
 __all__ = ["ui"]
 

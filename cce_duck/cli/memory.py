@@ -11,7 +11,17 @@ from typing import Annotated
 import polars as pl
 import typer
 
-from cce_duck.cli.common import DataDir, JsonOpt, _engine, _fail, app
+from cce_duck.cli.common import (
+    CatalogOpt,
+    DataDir,
+    DataPathOpt,
+    JsonOpt,
+    _engine,
+    _fail,
+    app,
+    lake_options,
+    lake_overrides,
+)
 from cce_duck.cli.output import Format, cell, print_frame, print_json, print_record, report, say
 from cce_duck.cli.reading import MaxTokens
 from cce_duck.cli.remote import reader
@@ -158,14 +168,21 @@ def forget(
 
 
 @app.command()
-def compact(as_json: JsonOpt = False, data_dir: DataDir = None) -> None:
-    """Rewrite the database file without the free blocks checkpoints left (contents unchanged)."""
-    folder = data_dir if data_dir is not None else Config.from_env().data_dir
-    if folder is None or not (Path(folder) / DB_FILE).exists():
+def compact(as_json: JsonOpt = False, data_dir: DataDir = None, catalog: CatalogOpt = None,
+            data_path: DataPathOpt = None) -> None:
+    """Rewrite the database file without the free blocks checkpoints left; on a lake (--catalog),
+    merge its small data files and delete the old ones (contents unchanged)."""
+    lake_options(catalog, data_path)
+    cfg = Config.from_env(**lake_overrides())
+    folder = data_dir if data_dir is not None else cfg.data_dir
+    if not cfg.catalog and (folder is None or not (Path(folder) / DB_FILE).exists()):
         raise _fail(CCEError(f"no cce_duck store in {folder} (nothing to compact)"))
     with _engine(data_dir) as eng:
         sizes = eng.compact()
     if as_json:
         print_json(sizes)
+    elif "files_before" in sizes:
+        say(f"lake data files: {sizes['files_before']:,} -> {sizes['files_after']:,} "
+            f"({sizes['bytes_before']:,} -> {sizes['bytes_after']:,} bytes)")
     else:
         say(f"database file: {sizes['bytes_before']:,} -> {sizes['bytes_after']:,} bytes")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -16,12 +15,12 @@ from cce_duck.cli.common import (
     EmbedderOpt,
     _fail,
     app,
+    lake_options,
     lake_overrides,
-    use_lake,
 )
 from cce_duck.config import Config
 
-__all__ = ["lake_options", "mcp_main", "serve_app", "serve_http"]
+__all__ = ["mcp_main", "serve_app", "serve_http"]
 
 serve_app = typer.Typer(help="Run a server over the data folder (needs the 'server' extra).",
                         no_args_is_help=True)
@@ -33,12 +32,6 @@ Host = Annotated[str, typer.Option("--host", help="Address to listen on (loopbac
 def _config(data_dir: DataDir, embedder: str | None) -> Config:
     cfg = Config.from_env(embedder=embedder, **lake_overrides())
     return cfg if data_dir is None else cfg.with_(data_dir=data_dir)
-
-
-def lake_options(catalog: str | None, data_path: Path | None) -> None:
-    """A server's own ``--catalog`` / ``--data-path`` (after ``cce``'s, which they replace)."""
-    if catalog or data_path is not None:
-        use_lake(catalog or lake_overrides().get("catalog"), data_path)
 
 
 def _need_extra(exc: ImportError) -> typer.Exit:

@@ -63,6 +63,9 @@ class Refresher:
                 if self._closed:
                     return
                 batch, self._waiting = self._waiting, []  # (each asked before this run began)
+            # a caller that gave up (a client gone: its awaiting task cancelled the future) is
+            # left out; the others can no longer be cancelled, so answering them cannot fail
+            batch = [done for done in batch if done.set_running_or_notify_cancel()]
             try:
                 self._refresh()
             except BaseException as exc:  # (handed to the callers, who raise it)

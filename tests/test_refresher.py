@@ -91,3 +91,19 @@ def test_closing_fails_the_reads_still_waiting_and_every_later_one() -> None:
     with pytest.raises(StorageError, match="closed"):
         r.after_now().result(1)
     assert run.runs == 1
+
+
+def test_a_read_that_gave_up_is_left_out_and_the_others_are_answered() -> None:
+    with refresher() as (run, r):
+        first = r.after_now()
+        assert run.began[0].wait(10)
+        gone, kept = r.after_now(), r.after_now()
+        assert gone.cancel()  # (what an awaiting task does when its client goes away)
+        run.gates[0].set()
+        first.result(10)
+        run.gates[1].set()
+        assert kept.result(10) is None
+        assert gone.cancelled()
+        run.gates[2].set()
+        assert r.after_now().result(10) is None  # the thread lives on
+        assert r.answered == 3

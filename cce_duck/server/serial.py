@@ -77,11 +77,13 @@ class Serialized:
         hand-off to a thread would only make slower), else by :meth:`read` on a worker
         thread (it may read the store or wait for the write lock). On a lake shared with other
         processes the loop first awaits a read of the change feed that began after the call
-        arrived, shared with the other contexts waiting then (:mod:`cce_duck.refresher`)."""
+        arrived, shared with the other contexts waiting then (:mod:`cce_duck.refresher`);
+        while the catalog cannot be reached the call goes to the thread at once (which tries
+        the catalog once and answers from the cache, saying so)."""
         engine = self.engine
         coord = engine.store.coordinator
         fresh = False
-        if coord is not None and engine.may_answer_in_memory():
+        if coord is not None and coord.stale is None and engine.may_answer_in_memory():
             await asyncio.wrap_future(coord.refreshed())
             fresh = True
         payload = engine.context_in_memory(session_id, query, fresh=fresh, **kwargs)

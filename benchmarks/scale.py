@@ -27,8 +27,9 @@ Sections (one function each; each returns a dict that goes into the results unde
   commits, those of derived rows included: see ``cce_duck.backlog``), context p50/p95 with
   ``--clients`` clients on a store of the LoCoMo dev conversations, and data files per 1,000
   messages before and after ``cce compact`` (``ducklake_merge_adjacent_files``, then expiry and
-  clean-up; ``compact``: its report and time). Every figure records the 1-minute
-  load average when it ended (``load_avg_1m``).
+  clean-up; ``compact``: its report and time; the servers run with ``CCE_COMPACT_FILES=0``,
+  so that none compacts by itself before the files are counted). Every figure records the
+  1-minute load average when it ended (``load_avg_1m``).
 
 - ``workers`` (:func:`lake_workers`): context throughput of ``--workers 1`` and ``--workers N``.
 
@@ -481,7 +482,7 @@ def lake_servers(n: int, root: Path, dsn: str, data_path: Path, embedder: str
             folder.mkdir(parents=True, exist_ok=True)
             bases.append(stack.enter_context(rest_server(
                 None, folder, catalog=f"postgres:{dsn}", data_path=str(data_path),
-                embedder=embedder)))
+                embedder=embedder, compact_files="0")))  # (files counted before compaction)
         yield bases
 
 
@@ -612,7 +613,7 @@ def lake_workers(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 folder.mkdir()
                 bases[f"workers_{n}"] = stack.enter_context(rest_server(
                     None, folder, catalog=f"postgres:{dsn}", data_path=str(data_path),
-                    server_workers=str(n)))
+                    server_workers=str(n), compact_files="0"))
             out.update(alternating(bases, asks, args, warmups=10))
     most = f"workers_{counts[-1]}_requests_per_s"
     out["throughput_ratio"] = out[most] / out["workers_1_requests_per_s"]
@@ -649,7 +650,7 @@ def lake_ingest(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             folder.mkdir()
             bases[tag] = stack.enter_context(rest_server(
                 src, folder / "data", catalog=f"postgres:{dsns[tag]}",
-                data_path=str(folder / "lake")))
+                data_path=str(folder / "lake"), compact_files="0"))
             ingest_load([bases[tag]], args.clients, 2.0, grow or "warm", sessions,
                         args.ingest_ids)
         per: dict[str, list[float]] = {"baseline": [], "new": []}

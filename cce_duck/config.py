@@ -52,6 +52,8 @@ _ENV: dict[str, str] = {
     "catalog": "CCE_CATALOG",
     "data_path": "CCE_DATA_PATH",
     "derive_after_s": "CCE_DERIVE_AFTER_S",
+    "compact_files": "CCE_COMPACT_FILES",
+    "compact_check_s": "CCE_COMPACT_CHECK_S",
 }
 
 SUMMARISERS = ("extractive", "llm")
@@ -140,6 +142,12 @@ class Config:
             its vectors, postings and the notes that compress pending turns follow in a later
             commit, this many seconds after the oldest of them waits (or sooner when many
             wait, or before a read that needs them). See ``docs/scale.md``.
+        compact_files: On a lake, a process that writes compacts the lake by itself (as
+            ``cce compact`` does: merges small data files, drops deleted rows, expires older
+            snapshots) once the current snapshot reads more than this many data files; one
+            process at a time, the others' writes waiting meanwhile. 0: never (run
+            ``cce compact`` yourself). See ``docs/lake.md``.
+        compact_check_s: How often (seconds) such a process counts the lake's data files.
     """
 
     data_dir: Path | None = field(default_factory=lambda: Path(".cce_data"))
@@ -180,6 +188,8 @@ class Config:
     catalog: str | None = field(default=None, repr=False)  # a PostgreSQL DSN may hold a password
     data_path: Path | None = None
     derive_after_s: float = 2.0
+    compact_files: int = 1000
+    compact_check_s: float = 60.0
 
     def __post_init__(self) -> None:
         """Reject settings that cannot work."""
@@ -206,6 +216,12 @@ class Config:
         d = self.derive_after_s
         if isinstance(d, bool) or not isinstance(d, int | float) or not 0 <= d < float("inf"):
             raise ValidationError(f"config derive_after_s must be a number >= 0, got {d!r}")
+        n = self.compact_files
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValidationError(f"config compact_files must be an integer >= 0, got {n!r}")
+        c = self.compact_check_s
+        if isinstance(c, bool) or not isinstance(c, int | float) or not 0 < c < float("inf"):
+            raise ValidationError(f"config compact_check_s must be a number > 0, got {c!r}")
         if self.encryption_key is not None and (
                 not isinstance(self.encryption_key, str) or not self.encryption_key):
             raise ValidationError("config encryption_key must be a non-empty string or None")

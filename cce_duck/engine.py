@@ -46,6 +46,7 @@ from cce_duck.store import Store
 from cce_duck.summariser import model_of
 from cce_duck.text import estimate_tokens
 from cce_duck.topics import macro_summary
+from cce_duck.upkeep import Upkeep
 from cce_duck.window import Window
 from cce_duck.writer import Writer
 
@@ -103,6 +104,10 @@ class Engine(ManagementMixin):
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
             self.writer.on_flush = self._flushed
+            #: Compaction of the lake on a timer (a lake written to, ``compact_files`` > 0).
+            self.upkeep = Upkeep(self.compact, every_s=config.compact_check_s,
+                                 max_files=config.compact_files) if (
+                lake is not None and not read_only and config.compact_files) else None
         except BaseException:
             self.store.close()
             raise
@@ -134,6 +139,8 @@ class Engine(ManagementMixin):
             return
         self._closed = True
         atexit.unregister(self.close)
+        if self.upkeep is not None:
+            self.upkeep.close()
         try:
             if not self.store.read_only:
                 self._flush_context_calls()

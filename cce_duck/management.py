@@ -194,7 +194,7 @@ class ManagementMixin:
             self.writer.reopen(sid)
             self.writer.forget_stats(sid)
 
-    def compact(self) -> dict[str, int]:
+    def compact(self, *, above_files: int = 0) -> dict[str, int]:
         """Rewrite the database file without the blocks that checkpoints freed (DuckDB reuses
         them but never shrinks the file; a folder ingested in bulk can hold nearly as many free
         blocks as used ones). Stores what is journaled first; contents are unchanged. Returns
@@ -206,10 +206,19 @@ class ManagementMixin:
         and delete the files no snapshot uses any more; it holds the lake's commit lock
         meanwhile, so other processes' writes wait for it, and they reload what they cached
         afterwards. Returns the current snapshot's data files and their bytes before and after
-        (``files_before``, ``files_after``, ``bytes_before``, ``bytes_after``)."""
+        (``files_before``, ``files_after``, ``bytes_before``, ``bytes_after``). With
+        ``above_files``, a lake is compacted only when its current snapshot reads more data
+        files than that (counted again once the lock is held: another process may have just
+        compacted it); else nothing is done and the figures after are those before (what a
+        process does by itself, :mod:`cce_duck.upkeep`)."""
         store = self.store
         if store.read_only:
             raise CCEError("this store is open read-only; open it without read_only to compact")
+        if store.lake is not None and above_files:
+            with store.reading():
+                files, size = lake.data_files(store.connection)
+            if files <= above_files:
+                return _unchanged(files, size)
         self.flush()
         if store.lake is None:
             before = _file_bytes(store)
@@ -218,6 +227,8 @@ class ManagementMixin:
         coord = store.coordinator
         with store.write_lock, coord.committing() if coord is not None else contextlib.nullcontext():
             files_before, bytes_before = lake.data_files(store.con)
+            if above_files and files_before <= above_files:
+                return _unchanged(files_before, bytes_before)
             lake.merge(store.con)
             erasure.scrub(store)  # (expires the snapshots that used the merged files, deletes them)
             files_after, bytes_after = lake.data_files(store.con)
@@ -272,6 +283,12 @@ class ManagementMixin:
             return
         for sid in sorted(sessions):
             warm.enforce_cap(self.store, self.config, sid)
+
+
+def _unchanged(files: int, size: int) -> dict[str, int]:
+    """The figures of a lake that was not compacted."""
+    return {"files_before": files, "files_after": files, "bytes_before": size,
+            "bytes_after": size}
 
 
 def _file_bytes(store: Store) -> int:

@@ -554,6 +554,128 @@ def test_cli_compacts_the_lake_it_is_given(lake: LakeSpec) -> None:
         assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == 6
 
 
+def _lake_files(eng: Engine) -> int:
+    from cce_duck import lake as lake_mod
+
+    with eng.store.reading():
+        return lake_mod.data_files(eng.store.connection)[0]
+
+
+def test_a_writing_process_compacts_the_lake_once_its_data_files_pile_up(
+        lake: LakeSpec) -> None:
+    """``compact_files``: the process's own thread compacts once the current snapshot reads
+    more data files than that, and not before; rows stay as they were and writing goes on."""
+    with _engine(lake, compact_files=40, compact_check_s=0.1) as eng:
+        assert eng.upkeep is not None
+        eng.add_message("small", "user", "Message 0: the tram to the harbour.")
+        eng.flush()
+        time.sleep(0.5)  # several checks: too few files (a new lake has about 15), nothing done
+        assert eng.upkeep.compactions == 0
+        assert eng.upkeep.error is None
+        assert _lake_files(eng) <= 40
+        n = 1
+        while eng.upkeep.compactions == 0 and n < 400:  # a commit (and data file) or more each
+            eng.add_message("small", "user", f"Message {n}: the tram to the harbour at {n}.")
+            n += 1
+        _until(lambda: eng.upkeep is not None and eng.upkeep.compactions >= 1)
+        last = eng.upkeep.last
+        assert last is not None
+        assert last["files_before"] > 40 >= last["files_after"], last
+        assert last["bytes_after"] < last["bytes_before"]
+        assert _lake_files(eng) <= 40
+        turns = eng.sql("SELECT turn_no, content FROM turns ORDER BY turn_no")
+        assert turns["turn_no"].to_list() == list(range(n))
+        assert turns["content"][5] == "Message 5: the tram to the harbour at 5."
+        assert eng.add_message("small", "user", "After the merge: the ferry.") == n
+        assert "ferry" in eng.context("small", "the ferry", max_tokens=200).to_string()
+    with _engine(lake, compact_files=0) as eng:
+        assert eng.upkeep is None  # 0: never by itself
+    with Engine(Config(data_dir=None, embedder="hash", **lake.config()), read_only=True) as eng:
+        assert eng.upkeep is None  # a read-only process never compacts
+        assert eng.sql("SELECT count(*) AS n FROM turns")["n"][0] == n + 1
+
+
+def test_processes_on_one_lake_compact_it_once(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes (engines, each with its own catalog connections) check the lake a third
+    one writes to: the count is taken again under the commit lock, so one compacts and the
+    other finds nothing left to do (the merges are counted)."""
+    from cce_duck import lake as lake_mod
+
+    merges: list[int] = []
+    real_merge = lake_mod.merge
+
+    def counted_merge(con: duckdb.DuckDBPyConnection) -> None:
+        merges.append(1)
+        real_merge(con)
+
+    monkeypatch.setattr(lake_mod, "merge", counted_merge)
+    with make_lake("postgres", tmp_path) as spec, _engine(spec, compact_files=0) as writer:
+        writer.add_message("small", "user", "Message 0 about the harbour.")
+        a = _engine(spec, compact_files=40, compact_check_s=0.05)
+        b = _engine(spec, compact_files=40, compact_check_s=0.05)
+        try:
+            assert a.upkeep is not None
+            assert b.upkeep is not None
+            n = 1
+            while a.upkeep.compactions + b.upkeep.compactions == 0 and n < 400:
+                writer.add_message("small", "user", f"Message {n} about the harbour.")
+                n += 1
+            _until(lambda: a.upkeep.compactions + b.upkeep.compactions >= 1)
+            time.sleep(1.0)  # many more checks of both
+            assert a.upkeep.compactions + b.upkeep.compactions == 1 == len(merges)
+            assert a.upkeep.error is None
+            assert b.upkeep.error is None
+            assert _lake_files(a) <= 40
+            writer.flush()
+            assert a.sql("SELECT count(*) AS n FROM turns")["n"][0] == n
+            assert b.sql("SELECT count(*) AS n FROM turns")["n"][0] == n
+            assert writer.add_message("small", "user", "And the ferry.") == n
+        finally:
+            a.close()
+            b.close()
+
+
+def test_upkeep_logs_a_failed_check_and_tries_again(caplog: pytest.LogCaptureFixture) -> None:
+    """A check that fails (the catalog unreachable) is logged and kept; the next one runs."""
+    from cce_duck.upkeep import Upkeep
+
+    calls: list[int] = []
+
+    def compact(*, above_files: int) -> dict[str, int]:
+        calls.append(above_files)
+        if len(calls) == 1:
+            raise StorageError("the lake's catalog database (x) is unreachable")
+        return {"files_before": 30, "files_after": 3, "bytes_before": 900, "bytes_after": 800}
+
+    up = Upkeep(compact, every_s=3600, max_files=20)
+    try:
+        with caplog.at_level("WARNING", logger="cce_duck.upkeep"):
+            assert up.check() is None
+        assert "unreachable" in (up.error or "")
+        assert "could not be compacted" in caplog.text
+        assert up.check() == {"files_before": 30, "files_after": 3, "bytes_before": 900,
+                              "bytes_after": 800}
+        assert up.error is None
+        assert up.compactions == 1
+        assert calls == [20, 20]
+    finally:
+        up.close()
+
+
+def test_compaction_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CCE_COMPACT_FILES", "0")
+    monkeypatch.setenv("CCE_COMPACT_CHECK_S", "2.5")
+    cfg = Config.from_env(data_dir=None)
+    assert (cfg.compact_files, cfg.compact_check_s) == (0, 2.5)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValidationError, match="compact_files"):
+            Config(data_dir=None, compact_files=bad)
+    for bad in (0, -2.0, float("inf")):
+        with pytest.raises(ValidationError, match="compact_check_s"):
+            Config(data_dir=None, compact_check_s=bad)
+
+
 # -- the sandbox ----------------------------------------------------------------------------
 
 LAKE_HOSTILE = [

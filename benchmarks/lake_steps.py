@@ -15,7 +15,8 @@ On a new lake with a PostgreSQL catalog (a database of its own on ``--pg``, drop
   to the catalog; the background commit of derived rows and its statements), total and median;
 - ``concurrent``: ``--clients`` threads of this process writing one message per call, each to
   its own session, for ``--seconds``: messages/s, acknowledgement commits and messages per
-  commit, and the share of the time the commits of derived rows held the writer;
+  commit, the share of the time the commits of derived rows held the writer, and the CPU time
+  of the whole process (all threads, DuckDB's included) per message and per second;
 - ``inlining``: DuckLake's data inlining for the tables without text, in raw DuckDB: 60
   transactions each running the ``sessions`` ``MERGE`` of 8 rows, the counter update of
   ``_cce_sequences`` and a one-row insert into a table of text (never inlined), with inlining
@@ -49,6 +50,7 @@ from scale import DEFAULT_PG, _floor_now, pg_database  # noqa: E402
 from cce_duck import Engine  # noqa: E402
 from cce_duck import backlog as backlog_mod  # noqa: E402
 from cce_duck import coordinator as coordinator_mod  # noqa: E402
+from cce_duck import lakecommits as lakecommits_mod  # noqa: E402
 from cce_duck import leases as leases_mod  # noqa: E402
 from cce_duck import store as store_mod  # noqa: E402
 from cce_duck import writer as writer_mod  # noqa: E402
@@ -80,8 +82,8 @@ def _instrument() -> None:
     timed(leases_mod.CatalogLink, "run", lambda a: f"catalog round trip {a[0]}")
     timed(coordinator_mod.Coordinator, "stamp", "stamp (lease check, commit message)")
     timed(coordinator_mod.Coordinator, "lease", "lease (taken or kept)")
-    timed(writer_mod.Writer, "_flush_lake", "lake flush (acknowledgement or derived)")
-    timed(writer_mod.Writer, "_derive", "derived rows inside their commit")
+    timed(lakecommits_mod.LakeCommits, "flush", "lake flush (acknowledgement or derived)")
+    timed(lakecommits_mod.LakeCommits, "_derive", "derived rows inside their commit")
     timed(writer_mod.Writer, "_derive_now", "background commit of derived rows (all of it)")
     timed(backlog_mod, "uncompressed", "check of derived rows (read)")  # type: ignore[arg-type]
 
@@ -139,16 +141,17 @@ def concurrent(catalog: str, data: Path, clients: int, seconds: float) -> dict[s
                 i += 1
 
         threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         acks = group.commits - commits
         derived = STEPS.get("background commit of derived rows (all of it)", [])
         return {"clients": clients, "seconds": round(wall, 2), "messages": sum(counts),
                 "messages_per_s": sum(counts) / wall, "p50_ms": statistics.median(lat),
+                "cpu_cores": cpu / wall, "cpu_ms_per_message": cpu * 1e3 / max(sum(counts), 1),
                 "p95_ms": _pct(lat, 0.95), "ack_commits": acks,
                 "messages_per_ack_commit": (group.carried - carried) / max(acks, 1),
                 "derived_commits": len(derived),

@@ -31,6 +31,7 @@ from cce_duck.explain import refine as refine_explain
 from cce_duck.index import SessionIndex
 from cce_duck.index_cache import IndexCache
 from cce_duck.items import ItemStore, owns_items
+from cce_duck.lake import reread
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import (
     load_history,
@@ -380,9 +381,12 @@ class Engine(ManagementMixin):
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
         index = None if self.store.read_only else self._flush_for_context(
             sid, overview=is_overview_question(req.query))
-        with self.store.reading():
-            payload = build_context(self.store, self.config, req, explain=explain,
-                                    cache=self.index, index=index)
+        def build() -> ContextPayload:
+            with self.store.reading():
+                return build_context(self.store, self.config, req, explain=explain,
+                                     cache=self.index, index=index)
+
+        payload = reread(build)  # (a lake's files a compaction deleted under the read)
         if coord is not None and coord.stale is not None:
             payload.stale = f"served from this process's cache: {coord.stale}"
         return self._served(payload, req)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 
@@ -48,8 +49,8 @@ from cce_duck.errors import (
 )
 from cce_duck.sqlfiles import statement
 
-__all__ = ["EXTENSIONS", "LAKE_NAME", "Lake", "connect", "data_files", "ddl", "load_extensions",
-           "merge", "purge", "rewrite_catalog"]
+__all__ = ["EXTENSIONS", "LAKE_NAME", "REREADS", "Lake", "connect", "data_files", "ddl",
+           "file_vanished", "load_extensions", "merge", "purge", "reread", "rewrite_catalog"]
 
 #: The catalog name the lake is attached as (``current_database()`` on a lake store).
 LAKE_NAME = "lake"
@@ -300,6 +301,35 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
     except duckdb.Error as exc:
         raise StorageError(f"the lake could not merge its data files: {_first_line(exc)}"
                            ) from exc
+
+
+#: Runs of a read after the first whose data files were deleted under it (:func:`reread`).
+REREADS = 3
+_VANISHED = re.compile(r"Cannot open file .*No such file or directory", re.S)
+T = TypeVar("T")
+
+
+def file_vanished(exc: BaseException) -> bool:
+    """Whether ``exc`` is DuckDB failing to open a lake data file that is gone: a compaction or
+    an erasure (of this process or another) deleted it while a read on an older snapshot was
+    about to open it."""
+    return isinstance(exc, duckdb.IOException) and bool(_VANISHED.search(str(exc)))
+
+
+def reread(read: Callable[[], T]) -> T:
+    """``read()``, run again (at most :data:`REREADS` times) when a data file it was reading
+    was deleted under it (:func:`file_vanished`). A compaction or an erasure deletes the files
+    no snapshot after it uses as soon as it has committed, without waiting for reads that began
+    on an older snapshot; a read that begins again starts on the newest snapshot, which does
+    not name them. ``read`` must begin its own transactions (a read in a transaction the
+    caller keeps would see the old snapshot again)."""
+    for attempt in range(REREADS + 1):
+        try:
+            return read()
+        except duckdb.IOException as exc:
+            if attempt == REREADS or not file_vanished(exc):
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def data_files(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:

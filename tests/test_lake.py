@@ -636,6 +636,54 @@ def test_processes_on_one_lake_compact_it_once(tmp_path: Path,
             b.close()
 
 
+def test_a_read_whose_files_a_compaction_deleted_runs_again(tmp_path: Path) -> None:
+    """A read that began on a snapshot a compaction (of another connection) then expired
+    finds its files deleted: DuckDB's real error; ``reread`` runs it again on the newest
+    snapshot, and leaves every other error alone."""
+    from cce_duck import lake as lake_mod
+
+    with make_lake("postgres", tmp_path) as spec:
+        a, b = (connect(Lake.of(spec.catalog, spec.data_path)) for _ in range(2))
+        try:
+            a.execute("CREATE TABLE lake.t (x INTEGER, s VARCHAR)")
+            for i in range(5):
+                a.execute("INSERT INTO lake.t VALUES (?, 'hello')", [i])
+            runs: list[int] = []
+
+            def read() -> tuple[int, int]:
+                a.execute("BEGIN TRANSACTION")
+                try:
+                    a.execute("SELECT count(*) FROM lake.t").fetchall()  # (the snapshot)
+                    if not runs:  # another process compacts between two reads of this one
+                        lake_mod.merge(b)
+                        lake_mod.purge(b)
+                    runs.append(1)
+                    row = a.execute("SELECT count(*), sum(x) FROM lake.t").fetchone()
+                    assert row is not None
+                    return int(row[0]), int(row[1])
+                finally:
+                    a.execute("ROLLBACK")
+
+            with pytest.raises(duckdb.IOException) as caught:
+                read()  # (the first run, alone: the files it began on are gone)
+            assert lake_mod.file_vanished(caught.value)
+            runs.clear()
+            lake_mod.merge(b)  # (more files to merge away for the run below)
+            for i in range(5, 8):
+                a.execute("INSERT INTO lake.t VALUES (?, 'hello')", [i])
+            assert lake_mod.reread(read) == (8, 28)
+            assert len(runs) == 2
+
+            def broken() -> None:
+                raise duckdb.IOException("IO Error: Cannot open file \"x\": Permission denied")
+
+            with pytest.raises(duckdb.IOException, match="Permission denied"):
+                lake_mod.reread(broken)
+        finally:
+            a.close()
+            b.close()
+
+
 def test_upkeep_logs_a_failed_check_and_tries_again(caplog: pytest.LogCaptureFixture) -> None:
     """A check that fails (the catalog unreachable) is logged and kept; the next one runs."""
     from cce_duck.upkeep import Upkeep

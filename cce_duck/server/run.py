@@ -17,9 +17,11 @@ from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
 from cce_duck.folder import SERVER_FILE
 from cce_duck.server.keys import KeyRing
+from cce_duck.server.logs import log_to_stderr
 from cce_duck.server.workers import SPEC_VAR, WorkerSpec, check_workers
 
 __all__ = ["SERVER_FILE", "running_server", "serve"]
+
 
 
 def running_server(data_dir: Path) -> dict[str, Any] | None:
@@ -57,6 +59,7 @@ def serve(kind: str, config: Config, host: str, port: int, spec: WorkerSpec,
     # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal with the previous
     # handler; this one turns it into SystemExit so the engine below is closed (checkpointed).
     signal.signal(signal.SIGTERM, _exit_on_term)
+    log_to_stderr()
     if workers > 1:
         _serve_workers(config, host, port, spec, workers)
         return

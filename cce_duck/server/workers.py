@@ -22,6 +22,7 @@ from typing import Any
 from cce_duck.config import Config
 from cce_duck.engine import Engine
 from cce_duck.errors import ValidationError
+from cce_duck.server.logs import log_to_stderr
 
 __all__ = ["SPEC_VAR", "ClosingApp", "WorkerSpec", "app", "check_workers"]
 
@@ -98,6 +99,7 @@ def app() -> ClosingApp:
 
     spec = WorkerSpec.from_env()
     tune_owned_process()
+    log_to_stderr()
     engine = Engine(spec.config())
     try:
         create = getattr(importlib.import_module(spec.module), spec.factory)

@@ -37,6 +37,10 @@ Sections (one function each; each returns a dict that goes into the results unde
   ``--ingest-baseline`` against this checkout, alternating rounds; ``--ingest-sessions N``
   spreads the clients' messages over N sessions (default: one per client), ``--ingest-ids``
   gives every message a client id.
+- ``compaction`` (:func:`lake_compaction`): 8-client ingestion of one process on a lake with
+  its own compaction on (``CCE_COMPACT_FILES=--compact-files``, checked every second) and off,
+  each on a lake of its own, alternating rounds: messages/s, acknowledgement p50/p95/p99/max,
+  and the compactions the server logged.
 
 Exit status 1 when a target fails. Results go to ``benchmarks/results/scale-<date>.json`` unless ``--json``.
 """
@@ -47,6 +51,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -398,7 +403,8 @@ def _floor_now(admin: str, data_path: Path, tag: str) -> dict[str, float]:
 
 
 def ingest_load(bases: list[str], clients: int, seconds: float, prefix: str,
-                sessions: int | None = None, ids: bool = False) -> dict[str, Any]:
+                sessions: int | None = None, ids: bool = False,
+                latencies: list[float] | None = None) -> dict[str, Any]:
     """``clients`` threads, each writing one message per request to its own session (client
     ``c`` through server ``c % len(bases)``) for ``seconds``: acknowledged messages/s and the
     latency of an acknowledgement. With ``sessions`` (a multiple of ``clients``) each client
@@ -440,6 +446,8 @@ def ingest_load(bases: list[str], clients: int, seconds: float, prefix: str,
         t.join()
     wall = time.perf_counter() - t0
     every = [x for part in lat for x in part]
+    if latencies is not None:  # (the caller's, for figures over several rounds)
+        latencies.extend(every)
     return {"clients": clients, "processes": len(bases), "sessions": clients * per_client,
             "seconds": round(wall, 2), "messages": len(every), "errors": sum(errors),
             "messages_per_s": len(every) / wall,
@@ -671,6 +679,48 @@ def lake_ingest(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     return out
 
 
+_COMPACTED = re.compile(r"compacted the lake: (\d+) data files \((\d+) bytes\) into (\d+) "
+                        r"\((\d+) bytes\)")
+
+
+def lake_compaction(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Ingestion with the process's own compaction on and off (see the module docstring): one
+    REST server each, on a lake of its own, ``args.ingest_rounds`` rounds of
+    ``args.ingest_seconds`` each, alternating."""
+    out: dict[str, Any] = {"compact_files": args.compact_files, "compact_check_s": 1.0,
+                           "clients": args.clients, "rounds": args.ingest_rounds,
+                           "load_avg_1m_start": os.getloadavg()[0]}
+    folders = {"off": root / "compaction_off", "on": root / "compaction_on"}
+    lat: dict[str, list[float]] = {"off": [], "on": []}
+    wall = dict.fromkeys(folders, 0.0)
+    with ExitStack() as stack:
+        bases = {}
+        for tag, folder in folders.items():
+            dsn = stack.enter_context(pg_database(args.pg, f"compaction_{tag}"))
+            folder.mkdir()
+            bases[tag] = stack.enter_context(rest_server(
+                None, folder / "data", catalog=f"postgres:{dsn}", data_path=str(folder / "lake"),
+                compact_files=str(args.compact_files if tag == "on" else 0), compact_check_s="1"))
+            ingest_load([bases[tag]], args.clients, 2.0, "warm")
+        for r in range(args.ingest_rounds):
+            for tag in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                fig = ingest_load([bases[tag]], args.clients, args.ingest_seconds, f"r{r}",
+                                  latencies=lat[tag])
+                wall[tag] += fig["seconds"]
+        for tag, folder in folders.items():  # (the server's log, read while it runs)
+            done = [tuple(int(x) for x in m.groups()) for log in folder.glob("server-*.log")
+                    for m in _COMPACTED.finditer(log.read_text(errors="replace"))]
+            every = lat[tag]
+            out[tag] = {"messages": len(every), "messages_per_s": len(every) / wall[tag],
+                        "p50_ms": _pct(every, 0.5), "p95_ms": _pct(every, 0.95),
+                        "p99_ms": _pct(every, 0.99), "max_ms": max(every, default=float("nan")),
+                        "compactions": len(done),
+                        "files_before_after": [[d[0], d[2]] for d in done]}
+    out["throughput_on_over_off"] = out["on"]["messages_per_s"] / out["off"]["messages_per_s"]
+    out["load_avg_1m_end"] = os.getloadavg()[0]
+    return out
+
+
 _BUILD_LAKE = """
 import json, sys
 import cce_duck
@@ -691,6 +741,8 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.Namespace, Path], dict[str, An
                 lake_workers),
     "ingest": ("REST on one DuckLake: 8-client ingestion, --ingest-baseline's code vs this",
                lake_ingest),
+    "compaction": ("REST on one DuckLake: 8-client ingestion, the process's own compaction on "
+                   "and off", lake_compaction),
 }
 
 
@@ -737,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ingest-sessions", type=int, default=None,
                     help="ingest section: sessions the clients write to, in turn (default: one "
                          "per client; a multiple of --clients)")
+    ap.add_argument("--compact-files", type=int, default=100,
+                    help="compaction section: CCE_COMPACT_FILES of the server with it on "
+                         "(default 100)")
     ap.add_argument("--json", type=Path, default=None,
                     help="results file (default benchmarks/results/scale-<date>.json)")
     args = ap.parse_args(argv)

@@ -23,7 +23,6 @@ from cce_duck.server.workers import SPEC_VAR, WorkerSpec, check_workers
 __all__ = ["SERVER_FILE", "running_server", "serve"]
 
 
-
 def running_server(data_dir: Path) -> dict[str, Any] | None:
     """The ``server.json`` of a data folder (``{"url", "pid"}``), when a server announced one."""
     try:

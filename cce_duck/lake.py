@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -322,14 +323,24 @@ def reread(read: Callable[[], T]) -> T:
     no snapshot after it uses as soon as it has committed, without waiting for reads that began
     on an older snapshot; a read that begins again starts on the newest snapshot, which does
     not name them. ``read`` must begin its own transactions (a read in a transaction the
-    caller keeps would see the old snapshot again)."""
-    for attempt in range(REREADS + 1):
-        try:
-            return read()
-        except duckdb.IOException as exc:
-            if attempt == REREADS or not file_vanished(exc):
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    caller keeps would see the old snapshot again). Inside another ``reread`` (a server's read
+    of ``Engine.context``) ``read`` runs once: the outer one runs it again."""
+    if getattr(_rereading, "on", False):
+        return read()
+    _rereading.on = True
+    try:
+        for attempt in range(REREADS + 1):
+            try:
+                return read()
+            except duckdb.IOException as exc:
+                if attempt == REREADS or not file_vanished(exc):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+    finally:
+        _rereading.on = False
+
+
+_rereading = threading.local()  # .on: inside reread() on this thread
 
 
 def data_files(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:

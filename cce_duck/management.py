@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from cce_duck import corrections, deletion, erasure, export, forget, lake, pins, warm
 from cce_duck.clock import now
-from cce_duck.errors import CCEError, NotFoundError
+from cce_duck.errors import CCEError, NotFoundError, ValidationError
 from cce_duck.items import owns_items
 from cce_duck.messages import validate_session_id
 from cce_duck.payload import ContextPayload
@@ -211,6 +211,8 @@ class ManagementMixin:
         files than that (counted again once the lock is held: another process may have just
         compacted it); else nothing is done and the figures after are those before (what a
         process does by itself, :mod:`cce_duck.upkeep`)."""
+        if isinstance(above_files, bool) or not isinstance(above_files, int) or above_files < 0:
+            raise ValidationError(f"above_files must be an integer >= 0, got {above_files!r}")
         store = self.store
         if store.read_only:
             raise CCEError("this store is open read-only; open it without read_only to compact")

@@ -673,6 +673,11 @@ def test_a_read_whose_files_a_compaction_deleted_runs_again(tmp_path: Path) -> N
                 a.execute("INSERT INTO lake.t VALUES (?, 'hello')", [i])
             assert lake_mod.reread(read) == (8, 28)
             assert len(runs) == 2
+            runs.clear()  # inside another reread the read runs once; the outer one reruns it
+            lake_mod.merge(b)
+            a.execute("INSERT INTO lake.t VALUES (8, 'hello')")
+            assert lake_mod.reread(lambda: lake_mod.reread(read)) == (9, 36)
+            assert len(runs) == 2
 
             def broken() -> None:
                 raise duckdb.IOException("IO Error: Cannot open file \"x\": Permission denied")
@@ -722,6 +727,12 @@ def test_compaction_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> Non
     for bad in (0, -2.0, float("inf")):
         with pytest.raises(ValidationError, match="compact_check_s"):
             Config(data_dir=None, compact_check_s=bad)
+    with Engine(data_dir=None, embedder="hash") as eng:
+        eng.add_message("s", "user", "kept")
+        for bad_files in (-1, 2.5, True, "10"):
+            with pytest.raises(ValidationError, match="above_files"):
+                eng.compact(above_files=bad_files)  # type: ignore[arg-type]
+        assert eng.sql("SELECT content FROM turns")["content"].to_list() == ["kept"]
 
 
 # -- the sandbox ----------------------------------------------------------------------------

@@ -33,12 +33,11 @@ def read_only_query(engine: Engine, sql: str, params: list[Any] | None = None) -
     if len(sql) > MAX_SQL_CHARS:
         raise ValidationError(f"sql longer than {MAX_SQL_CHARS} characters")
     store = engine.store
-    with store.reading():  # on the thread's own cursor, beside other reads and the writes
-        text = sandbox.read_only_statement(store.connection, sql)
+    # on the thread's own cursor, beside other reads and the writes
+    text = store.read(lambda: sandbox.read_only_statement(store.connection, sql))
     if not store.read_only:
         engine.writer.flush(counts=True)  # the answer includes what is journaled
-    with store.reading():
-        return sandbox.run_read_only(store.connection, text, params)
+    return store.read(lambda: sandbox.run_read_only(store.connection, text, params))
 
 
 def macro_listing() -> pl.DataFrame:

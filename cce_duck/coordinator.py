@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 from cce_duck.changefeed import ChangeFeed, Changes
@@ -54,6 +54,7 @@ class Coordinator:
             self.link.script("fence_install")  # (see sql/catalog_pg.sql: the turn fence)
         self.leases = Leases(self.link, namespace, linger_s=LINGER_S)
         self.commit_lock = CommitLock(CatalogLink(dsn), namespace)
+        self._compaction_key = f"cce_duck:{namespace}:compaction"
         self.feed = ChangeFeed(self.link)  # (an unreachable catalog raises here, at open)
         #: Called with what other processes changed (under this object's lock).
         self.on_changes: Callable[[Changes], None] | None = None
@@ -121,6 +122,23 @@ class Coordinator:
     def committing(self) -> AbstractContextManager[None]:
         """Hold the lake's commit lock around one write transaction."""
         return self.commit_lock.held()
+
+    @contextmanager
+    def compacting(self) -> Iterator[bool]:
+        """Whether this process may compact the lake now: ``True`` for the block when no
+        other process is compacting it (a session-level advisory lock on the commit lock's
+        connection, free at once when its holder dies), ``False`` when one is."""
+        link = self.commit_lock.link
+        if not link.run("lease_try", {"key": self._compaction_key})[0][0]:
+            yield False
+            return
+        epoch = link.epoch
+        try:
+            yield True
+        finally:
+            if link.epoch == epoch:  # (a new connection holds nothing to give back)
+                with suppress(StorageError):
+                    link.run("lease_release", {"key": self._compaction_key})
 
     def retry_pause(self, attempt: int) -> None:
         """Back off before running a conflicting commit again."""

@@ -31,7 +31,6 @@ from cce_duck.explain import refine as refine_explain
 from cce_duck.index import SessionIndex
 from cce_duck.index_cache import IndexCache
 from cce_duck.items import ItemStore, owns_items
-from cce_duck.lake import reread
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import (
     load_history,
@@ -105,6 +104,7 @@ class Engine(ManagementMixin):
             erasure.finish(self.store)  # an erasure a crash interrupted, before the replay
             self.writer = Writer(self.store, config)
             self.writer.on_flush = self._flushed
+            self._compacting = threading.Lock()
             #: Compaction of the lake on a timer (a lake written to, ``compact_files`` > 0).
             self.upkeep = Upkeep(self.compact, every_s=config.compact_check_s,
                                  max_files=config.compact_files) if (
@@ -275,8 +275,7 @@ class Engine(ManagementMixin):
         parsed = parse_messages(messages)
         self.writer.flush()
         self.writer.check_user(sid, uid)
-        with self.store.reading():
-            stored = self.store.q("turn_hashes", {"sid": sid}).fetchall()
+        stored = self.store.read(lambda: self.store.q("turn_hashes", {"sid": sid}).fetchall())
         skip = 0
         for (_, role, h), m in zip(stored, parsed, strict=False):
             if role != m.role or int(h) != content_hash(m.role, m.content):
@@ -321,8 +320,7 @@ class Engine(ManagementMixin):
         """Compress what is pending, write the cold-tier summary, mark the session closed."""
         sid = self._existing(session_id)
         self.writer.flush(finish={sid}, hot_too=True)
-        with self.store.reading():
-            notes = self.store.q("note_labels", {"sid": sid}).fetchall()
+        notes = self.store.read(lambda: self.store.q("note_labels", {"sid": sid}).fetchall())
         labels, summaries = [n[0] for n in notes], [n[1] for n in notes]
         summary = macro_summary(labels, summaries)
         if self.writer.summariser is not None:  # a model call, before the write transaction
@@ -339,9 +337,8 @@ class Engine(ManagementMixin):
     def _existing(self, session_id: str, *, counts: bool = True) -> str:
         sid = validate_session_id(session_id)
         self._store_pending(counts=counts)  # reads of notes see how often they were retrieved
-        with self.store.reading():
-            if self.store.q("session_row", {"sid": sid}).fetchone() is None:
-                raise NotFoundError(f"unknown session {sid!r}")
+        if self.store.read(lambda: self.store.q("session_row", {"sid": sid}).fetchone()) is None:
+            raise NotFoundError(f"unknown session {sid!r}")
         return sid
 
     def _store_pending(self, *, counts: bool = False, derived: bool = True) -> None:
@@ -381,12 +378,8 @@ class Engine(ManagementMixin):
         req = self._request(sid, query, max_tokens, top_k, since, until, last_turns)
         index = None if self.store.read_only else self._flush_for_context(
             sid, overview=is_overview_question(req.query))
-        def build() -> ContextPayload:
-            with self.store.reading():
-                return build_context(self.store, self.config, req, explain=explain,
-                                     cache=self.index, index=index)
-
-        payload = reread(build)  # (a lake's files a compaction deleted under the read)
+        payload = self.store.read(lambda: build_context(
+            self.store, self.config, req, explain=explain, cache=self.index, index=index))
         if coord is not None and coord.stale is not None:
             payload.stale = f"served from this process's cache: {coord.stale}"
         return self._served(payload, req)
@@ -465,8 +458,8 @@ class Engine(ManagementMixin):
         memo = self._user_sessions.get(uid)
         if memo is not None and memo[0] == generation:  # no write since: the same order
             return list(memo[1])
-        with self.store.reading():
-            sessions = [str(r[0]) for r in self.store.q("user_sessions", {"uid": uid}).fetchall()]
+        sessions = [str(r[0]) for r in self.store.read(
+            lambda: self.store.q("user_sessions", {"uid": uid}).fetchall())]
         if not sessions:
             raise NotFoundError(f"unknown user {uid!r}")
         if len(self._user_sessions) >= 256:
@@ -478,8 +471,7 @@ class Engine(ManagementMixin):
         """Every user with how many sessions and turns they have and their first and last turn's
         time."""
         self._store_pending(derived=False)
-        with self.store.reading():
-            return self.store.frame("users")
+        return self.store.read(lambda: self.store.frame("users"))
 
     def export_user(self, user_id: str, path: str | Path, *, format: str = "json",
                     confined: bool = False) -> Path:
@@ -491,15 +483,16 @@ class Engine(ManagementMixin):
         sessions = self._user_or_items(user_id)
         if confined:
             path = export.confined_path(self.config.export_dir, path)
-        with self.store.consistent():
-            return export.export_user(self.store, user_id, sessions, path, format)
+        return self.store.read(
+            lambda: export.export_user(self.store, user_id, sessions, path, format),
+            consistent=True)
 
     def user_document(self, user_id: str) -> dict[str, Any]:
         """The JSON export of a user as a dict (what :meth:`export_user` writes), with the
         user's store items (``items``)."""
         sessions = self._user_or_items(user_id)
-        with self.store.consistent():
-            return export.user_document(self.store, user_id, sessions)
+        return self.store.read(lambda: export.user_document(self.store, user_id, sessions),
+                               consistent=True)
 
     def _user_or_items(self, user_id: str) -> list[str]:
         """:meth:`user_sessions`, or no sessions for a user who has only store items (namespace
@@ -520,8 +513,7 @@ class Engine(ManagementMixin):
     def user_pins(self, user_id: str) -> pl.DataFrame:
         """The user's pins: ``pin_id, text, turn, created_at, updated_at``."""
         self.user_sessions(user_id)
-        with self.store.reading():
-            return pins.list_pins(self.store, pins.user_owner(user_id))
+        return self.store.read(lambda: pins.list_pins(self.store, pins.user_owner(user_id)))
 
     def unpin_user(self, user_id: str, pin_id: int) -> None:
         """Remove a pin of the user."""
@@ -568,9 +560,9 @@ class Engine(ManagementMixin):
                 raise ConflictError(f"session {sid!r} does not belong to user {user_id!r}")
         req = self._request(sid, query, max_tokens, top_k, since, until)
         own = [str(t) for t in self.user_pins(user_id)["text"]] if sid not in sessions else []
-        with self.store.reading():
-            payload = build_user_context(self.store, self.config, req, sessions, cache=self.index,
-                                         explain=explain, user_pins=own, user_id=user_id)
+        payload = self.store.read(lambda: build_user_context(
+            self.store, self.config, req, sessions, cache=self.index, explain=explain,
+            user_pins=own, user_id=user_id))
         if not self.store.read_only:
             for n in payload.notes:
                 if n["note_id"] is not None:  # an overview lists sessions, not notes
@@ -585,10 +577,9 @@ class Engine(ManagementMixin):
         uid = validate_user_id(user_id)
         self.user_sessions(uid)
         window = Window.parse(since, until, None)
-        with self.store.reading():
-            return self.store.connection.execute(
-                "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
-                [uid, window.since, window.until]).pl()
+        return self.store.read(lambda: self.store.connection.execute(
+            "SELECT * FROM cce_user_overview(?, since := ?, until := ?)",
+            [uid, window.since, window.until]).pl())
 
     def user_search(self, user_id: str, query: str, k: int = 10) -> pl.DataFrame:
         """Ranked turns of all the user's sessions for ``query`` (the ranking of
@@ -600,8 +591,8 @@ class Engine(ManagementMixin):
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
             raise ValidationError("k must be a positive integer")
         query = query.encode("utf-8", "replace").decode("utf-8")
-        with self.store.reading():
-            hits = retrieve_user(self.store, self.config, sessions, query, k=k, cache=self.index)
+        hits = self.store.read(lambda: retrieve_user(self.store, self.config, sessions, query,
+                                                     k=k, cache=self.index))
         return _hits_frame(hits, user_search_schema())
 
     @property
@@ -625,9 +616,8 @@ class Engine(ManagementMixin):
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
             raise ValidationError("k must be a positive integer")
         window = Window.parse(since, until, last_turns)
-        with self.store.reading():
-            hits = retrieve(self.store, self.config, sid, query, k=k, cache=self.index,
-                            window=window)
+        hits = self.store.read(lambda: retrieve(self.store, self.config, sid, query, k=k,
+                                                cache=self.index, window=window))
         return _hits_frame(hits, search_schema())
 
     def sessions(self, user_id: str | None = None) -> pl.DataFrame:
@@ -638,8 +628,7 @@ class Engine(ManagementMixin):
         order = None if user_id is None else pl.DataFrame(
             {"session_id": self.user_sessions(user_id)})
         self._store_pending()
-        with self.store.reading():
-            frame = self.store.frame("sessions")
+        frame = self.store.read(lambda: self.store.frame("sessions"))
         if order is None:
             return frame
         return order.join(frame, on="session_id", how="left", maintain_order="left")
@@ -647,15 +636,13 @@ class Engine(ManagementMixin):
     def notes(self, session_id: str) -> pl.DataFrame:
         """A session's notes (warm tier), in conversation order, without vectors."""
         sid = self._existing(session_id)
-        with self.store.reading():
-            return self.store.frame("notes", {"sid": sid})
+        return self.store.read(lambda: self.store.frame("notes", {"sid": sid}))
 
     def turns(self, session_id: str) -> pl.DataFrame:
         """A session's turns with their tier (hot / pending / compressed)."""
         sid = self._existing(session_id)
-        with self.store.reading():
-            return self.store.connection.execute("SELECT * FROM cce_turns(?, hot := ?)",
-                                                 [sid, self.config.hot_tier_max_turns]).pl()
+        return self.store.read(lambda: self.store.connection.execute(
+            "SELECT * FROM cce_turns(?, hot := ?)", [sid, self.config.hot_tier_max_turns]).pl())
 
     def history(self, session_id: str) -> list[dict[str, Any]]:
         """Every stored message of a session as ``{role, content, name, turn_no}``, oldest first
@@ -663,24 +650,25 @@ class Engine(ManagementMixin):
         (``keep_raw_turns=False``) gives its one-line summary."""
         sid = validate_session_id(session_id)
         self._store_pending(derived=False)  # (turn rows only; no lock when nothing waits)
-        with self.store.reading():
+        def read() -> list[dict[str, Any]]:
             cur = self.store.q("session_history", {"sid": sid})
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+        return self.store.read(read)
 
     def latest_user_message(self, session_id: str) -> str | None:
         """Text of the session's latest user message (``None`` if it has none or is unknown)."""
         sid = validate_session_id(session_id)
         self._store_pending(derived=False)  # (turn rows only; no lock when nothing waits)
-        with self.store.reading():
-            row = self.store.q("latest_user_message", {"sid": sid}).fetchone()
+        row = self.store.read(lambda: self.store.q("latest_user_message", {"sid": sid}).fetchone())
         return None if row is None else str(row[0])
 
     def overview(self, session_id: str) -> pl.DataFrame:
         """Topics in conversation order (the ``cce_overview`` macro)."""
         sid = self._existing(session_id)
-        with self.store.reading():
-            return self.store.connection.execute("SELECT * FROM cce_overview(?)", [sid]).pl()
+        return self.store.read(
+            lambda: self.store.connection.execute("SELECT * FROM cce_overview(?)", [sid]).pl())
 
     def outline(self, session_id: str) -> dict[str, Any]:
         """A session's topics in conversation order (``start_turn, end_turn, label, summary``)
@@ -694,9 +682,8 @@ class Engine(ManagementMixin):
         if not self.store.read_only:
             self._store_pending()
             self._flush_context_calls()
-        with self.store.reading():
-            df = self.store.connection.execute("SELECT * FROM cce_stats(hot := ?)",
-                                               [self.config.hot_tier_max_turns]).pl()
+        df = self.store.read(lambda: self.store.connection.execute(
+            "SELECT * FROM cce_stats(hot := ?)", [self.config.hot_tier_max_turns]).pl())
         if session_id is not None:
             sid = self._existing(session_id)
             df = df.filter(df["session_id"] == sid)
@@ -705,8 +692,7 @@ class Engine(ManagementMixin):
     def summary(self, session_id: str) -> str | None:
         """The cold-tier summary of a closed session (``None`` while it is open)."""
         sid = self._existing(session_id, counts=False)
-        with self.store.reading():
-            row = self.store.q("summary", {"sid": sid}).fetchone()
+        row = self.store.read(lambda: self.store.q("summary", {"sid": sid}).fetchone())
         return None if row is None else str(row[0])
 
     def sql(self, query: str, params: list[Any] | None = None) -> pl.DataFrame:

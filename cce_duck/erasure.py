@@ -196,7 +196,7 @@ def scrub_journal(path: Path, store: Store, what: Erasure) -> int:
     return dropped
 
 
-def scrub(store: Store) -> None:
+def scrub(store: Store, *, rewritten: bool = False) -> None:
     """Rewrite the database file so deleted rows leave no bytes behind (step 4; also what
     ``Engine.compact`` runs).
 
@@ -208,10 +208,12 @@ def scrub(store: Store) -> None:
 
     On a lake, every data file holding deleted rows is rewritten without them, every older
     snapshot expired and every file no snapshot uses deleted (:func:`cce_duck.lake.purge`),
-    and a local catalog file is rewritten too (:func:`cce_duck.lake.rewrite_catalog`).
+    and a local catalog file is rewritten too (:func:`cce_duck.lake.rewrite_catalog`);
+    ``rewritten``: the files with deleted rows were rewritten already (by a compaction, a
+    table at a time).
     """
     if store.lake is not None and not store.read_only:
-        lake_purge(store.con)
+        lake_purge(store.con, rewritten=rewritten)
         target = store.lake
         if not target.shared:  # the local catalog file too (its statistics held the text)
             store.reconnect(lambda: rewrite_catalog(target))

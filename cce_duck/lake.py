@@ -51,7 +51,8 @@ from cce_duck.errors import (
 from cce_duck.sqlfiles import statement
 
 __all__ = ["EXTENSIONS", "LAKE_NAME", "REREADS", "Lake", "connect", "data_files", "ddl",
-           "file_vanished", "load_extensions", "merge", "purge", "reread", "rewrite_catalog"]
+           "file_vanished", "load_extensions", "merge", "purge", "reread", "rewrite",
+           "rewrite_catalog", "tables"]
 
 #: The catalog name the lake is attached as (``current_database()`` on a lake store).
 LAKE_NAME = "lake"
@@ -292,16 +293,37 @@ def rewrite_catalog(lake: Lake) -> None:
     folder.fsync(path.parent)
 
 
-def merge(con: duckdb.DuckDBPyConnection) -> None:
-    """Merge each table's small data files that follow one another into larger ones (one or
-    more files per commit pile up while writing); the files merged away stay until
-    :func:`purge` expires the snapshots that use them and deletes them. Run it with no
-    transaction open."""
+def merge(con: duckdb.DuckDBPyConnection, table: str | None = None) -> None:
+    """Merge each table's (or ``table``'s) small data files that follow one another into
+    larger ones (one or more files per commit pile up while writing); the files merged away
+    stay until :func:`purge` expires the snapshots that use them and deletes them. Run it with
+    no transaction open."""
     try:
-        con.execute(statement("lake_merge", literals={"name": LAKE_NAME})).fetchall()
+        if table is None:
+            con.execute(statement("lake_merge", literals={"name": LAKE_NAME})).fetchall()
+        else:
+            con.execute(statement("lake_merge_table",
+                                  literals={"name": LAKE_NAME, "table": table})).fetchall()
     except duckdb.Error as exc:
         raise StorageError(f"the lake could not merge its data files: {_first_line(exc)}"
                            ) from exc
+
+
+def rewrite(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Rewrite ``table``'s data files that hold deleted rows without them (the first step of
+    :func:`purge`, for one table). Run it with no transaction open."""
+    try:
+        con.execute(statement("lake_rewrite_table",
+                              literals={"name": LAKE_NAME, "table": table})).fetchall()
+    except duckdb.Error as exc:
+        raise StorageError(f"the lake could not drop erased rows from its files: "
+                           f"{_first_line(exc)}") from exc
+
+
+def tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The lake's tables that hold data files in its current snapshot, most files first."""
+    rows = con.execute(statement("lake_tables", identifiers={"meta": META_NAME})).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 #: Runs of a read after the first whose data files were deleted under it (:func:`reread`).
@@ -349,15 +371,18 @@ def data_files(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-def purge(con: duckdb.DuckDBPyConnection) -> None:
+def purge(con: duckdb.DuckDBPyConnection, *, rewritten: bool = False) -> None:
     """Remove deleted rows from every data file: rewrite each table's files that hold deletes
     (``delete_threshold => 0.0``), expire every older snapshot, delete every file no snapshot
     uses any more (``cleanup_all``), then recompute the table-wide bounds of text columns from
-    the files that remain (whole messages can be a column's min or max). Run it with no
+    the files that remain (whole messages can be a column's min or max). ``rewritten``: the
+    first step was done already (:func:`rewrite`, a table at a time). Run it with no
     transaction open."""
     name = {"name": LAKE_NAME}
+    steps = ("lake_expire", "lake_cleanup") if rewritten else (
+        "lake_rewrite", "lake_expire", "lake_cleanup")
     try:
-        for step in ("lake_rewrite", "lake_expire", "lake_cleanup"):
+        for step in steps:
             con.execute(statement(step, literals=name)).fetchall()  # (runs only when read)
         con.execute(statement("lake_text_stats", identifiers={"meta": META_NAME})).fetchall()
     except duckdb.Error as exc:

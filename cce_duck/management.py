@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from cce_duck import corrections, deletion, erasure, export, forget, lake, pins, warm
 from cce_duck.clock import now
+from cce_duck.compaction import compact_lake, unchanged
 from cce_duck.errors import CCEError, NotFoundError, ValidationError
 from cce_duck.items import owns_items
 from cce_duck.messages import validate_session_id
@@ -54,6 +55,8 @@ class ManagementMixin:
     _context_calls: list[dict[str, Any]]
     #: Set while a batch of them waits for the bookkeeping thread.
     _calls_queued: threading.Event
+    #: Held while this process compacts its lake (:func:`cce_duck.compaction.compact_lake`).
+    _compacting: threading.Lock
 
     if TYPE_CHECKING:
         def _existing(self, session_id: str) -> str:
@@ -157,8 +160,8 @@ class ManagementMixin:
                     turns: tuple[int, int] | None = None) -> pl.DataFrame:
         """What :meth:`forget` would remove (the ``cce_forget_plan`` macro); removes nothing."""
         sid = self._existing(session_id)
-        with self.store.consistent():
-            return forget.plan(self.store, sid, note_id, turns)
+        return self.store.read(lambda: forget.plan(self.store, sid, note_id, turns),
+                               consistent=True)
 
     def forget(self, session_id: str, *, note_id: int | None = None,
                turns: tuple[int, int] | None = None, dry_run: bool = False) -> dict[str, Any]:
@@ -203,39 +206,33 @@ class ManagementMixin:
 
         On a lake: merge each table's small data files into larger ones (live writing leaves
         one or more per commit), drop deleted rows from the files, expire the older snapshots
-        and delete the files no snapshot uses any more; it holds the lake's commit lock
-        meanwhile, so other processes' writes wait for it, and they reload what they cached
+        and delete the files no snapshot uses any more, one table per commit
+        (:mod:`cce_duck.compaction`): each step holds the lake's commit lock, so other
+        processes' writes wait for one step at a time, and they reload what they cached
         afterwards. Returns the current snapshot's data files and their bytes before and after
-        (``files_before``, ``files_after``, ``bytes_before``, ``bytes_after``). With
+        (``files_before``, ``files_after``, ``bytes_before``, ``bytes_after``) and whether it
+        compacted (``compacted``, true or false; an int like the others). With
         ``above_files``, a lake is compacted only when its current snapshot reads more data
         files than that (counted again once the lock is held: another process may have just
-        compacted it); else nothing is done and the figures after are those before (what a
-        process does by itself, :mod:`cce_duck.upkeep`)."""
+        compacted it) and no other process is compacting it; else nothing is done and the
+        figures after are those before (what a process does by itself,
+        :mod:`cce_duck.upkeep`). Without it, a compaction under way elsewhere raises
+        :class:`ConflictError`."""
         if isinstance(above_files, bool) or not isinstance(above_files, int) or above_files < 0:
             raise ValidationError(f"above_files must be an integer >= 0, got {above_files!r}")
         store = self.store
         if store.read_only:
             raise CCEError("this store is open read-only; open it without read_only to compact")
         if store.lake is not None and above_files:
-            with store.reading():
-                files, size = lake.data_files(store.connection)
+            files, size = store.read(lambda: lake.data_files(store.connection))
             if files <= above_files:
-                return _unchanged(files, size)
+                return unchanged(files, size)
         self.flush()
         if store.lake is None:
             before = _file_bytes(store)
             erasure.scrub(store)
             return {"bytes_before": before, "bytes_after": _file_bytes(store)}
-        coord = store.coordinator
-        with store.write_lock, coord.committing() if coord is not None else contextlib.nullcontext():
-            files_before, bytes_before = lake.data_files(store.con)
-            if above_files and files_before <= above_files:
-                return _unchanged(files_before, bytes_before)
-            lake.merge(store.con)
-            erasure.scrub(store)  # (expires the snapshots that used the merged files, deletes them)
-            files_after, bytes_after = lake.data_files(store.con)
-        return {"files_before": files_before, "files_after": files_after,
-                "bytes_before": bytes_before, "bytes_after": bytes_after}
+        return compact_lake(store, above_files, self._compacting)
 
     # -- export / import ----------------------------------------------------
 
@@ -250,8 +247,8 @@ class ManagementMixin:
         sid = self._existing(session_id)
         if confined:
             path = export.confined_path(self.config.export_dir, path)
-        with self.store.consistent():
-            return export.export_session(self.store, sid, path, format)
+        return self.store.read(lambda: export.export_session(self.store, sid, path, format),
+                               consistent=True)
 
     def import_session(self, path: str | os.PathLike[str], *, session_id: str | None = None
                        ) -> str:
@@ -267,8 +264,7 @@ class ManagementMixin:
     def export_document(self, session_id: str) -> dict[str, Any]:
         """The JSON export of a session as a dict (what :meth:`export_session` writes)."""
         sid = self._existing(session_id)
-        with self.store.consistent():
-            return export.session_document(self.store, sid)
+        return self.store.read(lambda: export.session_document(self.store, sid), consistent=True)
 
     # -- warm-tier cap ------------------------------------------------------
 
@@ -285,12 +281,6 @@ class ManagementMixin:
             return
         for sid in sorted(sessions):
             warm.enforce_cap(self.store, self.config, sid)
-
-
-def _unchanged(files: int, size: int) -> dict[str, int]:
-    """The figures of a lake that was not compacted."""
-    return {"files_before": files, "files_after": files, "bytes_before": size,
-            "bytes_after": size}
 
 
 def _file_bytes(store: Store) -> int:

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -85,6 +85,9 @@ _NOT_ENCRYPTED = re.compile(r"key is explicitly specified, but database .* is no
 _STORAGE = re.compile(r"No space left|Disk quota|Input/output error|Read-only file system|"
                       r"Could not write|Could not (?:truncate|sync|fsync)|Failed to commit|"
                       r"invalidated", re.I)
+
+#: What :meth:`Store.read` returns (the value of the read it runs).
+T = TypeVar("T")
 
 
 class WriteLock:
@@ -617,6 +620,18 @@ class Store:
         committed state, beside writes and a background flush's open transaction."""
         with self.reading(), self.snapshot():
             yield
+
+    def read(self, fn: Callable[[], T], *, consistent: bool = False) -> T:
+        """``fn()`` inside :meth:`reading` (with ``consistent``, inside :meth:`consistent`: one
+        snapshot for all its reads). On a lake, ``fn`` runs again on the newest snapshot when a
+        data file it was reading was deleted under it by a compaction or an erasure, of this
+        process or another (:func:`cce_duck.lake.reread`): ``fn`` must only read (an export may
+        write its own output again)."""
+        def once() -> T:
+            with self.consistent() if consistent else self.reading():
+                return fn()
+
+        return lake.reread(once) if self.lake is not None else once()
 
     def q(self, name: str, params: Sequence[Any] | dict[str, Any] | None = None, *,
           source: str = "queries.sql") -> Any:

@@ -54,8 +54,8 @@ class Upkeep:
             log.warning("the lake could not be compacted: %s", exc)
             return None
         self.error = None
-        if sizes["files_before"] <= self.max_files:  # (counted under the lock when more)
-            return None
+        if not sizes["compacted"]:  # too few files (counted again under the lock when more),
+            return None  # or another process is compacting the lake now
         self.compactions += 1
         self.last = sizes
         log.info("compacted the lake: %d data files (%d bytes) into %d (%d bytes)",

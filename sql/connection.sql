@@ -127,6 +127,25 @@ CREATE TABLE IF NOT EXISTS main._cce_sequences (name VARCHAR NOT NULL, value BIG
 -- leaves one or more files per commit); the files merged away become old files.
 CALL ducklake_merge_adjacent_files({name});
 
+-- name: lake_merge_table
+-- lake_merge for one table ({table}): a compaction merges one table per commit, so that the
+-- writes of other processes wait for one table's merge at a time, not for all of them.
+CALL ducklake_merge_adjacent_files({name}, {table});
+
+-- name: lake_rewrite_table
+-- lake_rewrite for one table ({table}).
+CALL ducklake_rewrite_data_files({name}, {table}, delete_threshold => 0.0);
+
+-- name: lake_tables
+-- The tables of the lake's current snapshot that hold data files, most files first. {meta}
+-- is the lake's metadata catalog.
+SELECT t.table_name
+FROM {meta}.ducklake_table AS t
+JOIN {meta}.ducklake_data_file AS f ON f.table_id = t.table_id AND f.end_snapshot IS NULL
+WHERE t.end_snapshot IS NULL
+GROUP BY t.table_name
+ORDER BY count(*) DESC, t.table_name;
+
 -- name: lake_files
 -- The data files the lake's current snapshot reads, and their bytes. {meta} is the lake's
 -- metadata catalog.

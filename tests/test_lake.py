@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -519,6 +520,7 @@ def test_compact_merges_small_files_keeps_every_row_and_erasure_still_clears_the
         on_disk = _parquet(lake)
         sizes = eng.compact()
         assert sizes["files_after"] < sizes["files_before"] - 10, sizes
+        assert sizes["compacted"]
         assert _parquet(lake) < on_disk - 10  # the merged-away files are gone from the disk
         assert eng.sql("SELECT * FROM turns ORDER BY session_id, turn_no").equals(turns)
         assert eng.sql("SELECT * FROM notes ORDER BY note_id").equals(notes)
@@ -599,17 +601,18 @@ def test_processes_on_one_lake_compact_it_once(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Two processes (engines, each with its own catalog connections) check the lake a third
     one writes to: the count is taken again under the commit lock, so one compacts and the
-    other finds nothing left to do (the merges are counted)."""
+    other finds nothing left to do (the compactions that got past the count, and so listed
+    the tables to merge, are counted)."""
     from cce_duck import lake as lake_mod
 
     merges: list[int] = []
-    real_merge = lake_mod.merge
+    real_tables = lake_mod.tables
 
-    def counted_merge(con: duckdb.DuckDBPyConnection) -> None:
+    def counted_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
         merges.append(1)
-        real_merge(con)
+        return real_tables(con)
 
-    monkeypatch.setattr(lake_mod, "merge", counted_merge)
+    monkeypatch.setattr(lake_mod, "tables", counted_tables)
     with make_lake("postgres", tmp_path) as spec, _engine(spec, compact_files=0) as writer:
         writer.add_message("small", "user", "Message 0 about the harbour.")
         a = _engine(spec, compact_files=40, compact_check_s=0.05)
@@ -634,6 +637,68 @@ def test_processes_on_one_lake_compact_it_once(tmp_path: Path,
         finally:
             a.close()
             b.close()
+
+
+def test_a_compaction_lets_writes_through_between_its_steps_and_runs_once_at_a_time(
+        lake: LakeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction commits a table at a time and holds neither the write lock nor the lake's
+    commit lock between two steps: a write of this process and one of another process both
+    complete there (they would wait for the whole compaction otherwise). Meanwhile another
+    compaction, of this process or another, does nothing: asked for by a timer it reports the
+    lake as it is, asked for explicitly it raises ConflictError. Afterwards every row is there
+    and the lake holds fewer files."""
+    from cce_duck import compaction
+
+    real = compaction._committing
+    entries: list[int] = []
+    between: dict[str, Any] = {}
+    with _engine(lake, compact_files=0) as eng:
+        for i in range(12):  # one acknowledgement commit (and data file) each
+            eng.add_message("small", "user", f"Message {i}: the tram to the harbour.")
+        eng.flush()
+        other = _engine(lake, compact_files=0) if lake.kind == "postgres" else None
+        try:
+            @contextmanager
+            def committing(store: Any) -> Iterator[None]:
+                entries.append(1)
+                if len(entries) == 3:  # between the first merge and the next step
+                    writes = [lambda: eng.add_message("small", "user", "Between: the ferry.")]
+                    if other is not None:
+                        writes.append(lambda: other.add_message("far", "user", "And the bus."))
+                    for write in writes:
+                        worker, out = _in_thread(write)
+                        worker.join(timeout=20)
+                        assert not worker.is_alive(), "a write waited for the compaction"
+                        assert "error" not in out, out
+                    for name, who in (("here", eng), ("other", other)):
+                        if who is not None:  # (another thread of this process; another one)
+                            worker, between[name] = _in_thread(who.compact)
+                            worker.join(timeout=20)
+                            between[f"{name}_timer"] = who.compact(above_files=1)
+                with real(store):
+                    yield
+
+            monkeypatch.setattr(compaction, "_committing", committing)
+            sizes = eng.compact()
+            monkeypatch.setattr(compaction, "_committing", real)
+            assert len(entries) > 3
+            assert sizes["files_after"] < sizes["files_before"], sizes
+            for name in ("here", "other") if other is not None else ("here",):
+                assert isinstance(between[name].get("error"), ConflictError), between[name]
+                timer = between[f"{name}_timer"]
+                assert not timer["compacted"], timer  # nothing done
+                assert timer["files_after"] == timer["files_before"], timer
+            contents = eng.sql("SELECT content FROM turns WHERE session_id = 'small' "
+                               "ORDER BY turn_no")["content"].to_list()
+            assert contents == [f"Message {i}: the tram to the harbour." for i in range(12)] + [
+                "Between: the ferry."]
+            if other is not None:
+                assert eng.sql("SELECT count(*) AS n FROM turns WHERE session_id = 'far'"
+                               )["n"][0] == 1
+                assert other.compact()["files_after"] <= sizes["files_after"] + 4
+        finally:
+            if other is not None:
+                other.close()
 
 
 def test_a_read_whose_files_a_compaction_deleted_runs_again(tmp_path: Path) -> None:
@@ -689,6 +754,125 @@ def test_a_read_whose_files_a_compaction_deleted_runs_again(tmp_path: Path) -> N
             b.close()
 
 
+def test_an_export_whose_files_another_process_compacted_away_runs_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library read on a lake (an export, one snapshot for all its reads) begins; another
+    process compacts the lake and deletes the files that snapshot reads; DuckDB's real error
+    is met, and the read runs again on the newest snapshot and returns every message."""
+    from cce_duck import export
+
+    real = export.session_document
+    calls: list[int] = []
+    with make_lake("postgres", tmp_path) as spec, _engine(spec, compact_files=0) as writer, \
+            _engine(spec, compact_files=0) as reader:
+        for n in range(12):  # a commit, and data files, each
+            writer.add_message(SID, "user", f"Message {n}: the tram to the harbour.")
+        writer.flush()
+
+        def document(store: Any, sid: str) -> dict[str, Any]:
+            calls.append(1)
+            if len(calls) == 1:  # the snapshot is taken; then another process compacts
+                store.connection.execute("SELECT count(*) FROM turns").fetchall()
+                done = writer.compact()
+                assert done["files_after"] < done["files_before"], done
+            return real(store, sid)
+
+        monkeypatch.setattr(export, "session_document", document)
+        doc = reader.export_document(SID)
+        assert len(calls) == 2  # the first run met the deleted files; the second did not
+        assert [t["content"] for t in doc["turns"]] == [
+            f"Message {n}: the tram to the harbour." for n in range(12)]
+
+
+#: DuckDB's error for a data file deleted under a read (as :func:`cce_duck.lake.file_vanished`
+#: knows it), injected below into the first read of every library read method.
+_VANISHED = ('IO Error: Cannot open file "/lake/main/turns/ducklake-x.parquet": '
+             "No such file or directory")
+
+
+def test_every_library_read_on_a_lake_runs_again_when_its_files_vanish(
+        lake: LakeSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of the library (search, listings, exports, SQL...) goes through
+    ``Store.read``: a first attempt that fails as a read whose files a compaction deleted is run
+    again and answers what it answers without the failure; any other error is not."""
+    from cce_duck import store as store_mod
+
+    with _engine(lake, compact_files=0) as eng:
+        for sid, user in (("a", "ann"), ("b", "ann")):
+            eng.add_messages(sid, topic_messages(), user_id=user)
+        eng.close_session("b")
+        reads: dict[str, Any] = {
+            "search": lambda: eng.search("a", "garden party", k=3),
+            "turns": lambda: eng.turns("a"),
+            "notes": lambda: eng.notes("a"),
+            "history": lambda: eng.history("a"),
+            "latest_user_message": lambda: eng.latest_user_message("a"),
+            "overview": lambda: eng.overview("a"),
+            "stats": lambda: eng.stats("a"),
+            "summary": lambda: eng.summary("b"),
+            "sessions": lambda: eng.sessions(),
+            "users": lambda: eng.users(),
+            "user_pins": lambda: eng.user_pins("ann"),
+            "user_overview": lambda: eng.user_overview("ann"),
+            "user_search": lambda: eng.user_search("ann", "garden party"),
+            "user_context": lambda: eng.user_context("ann", "garden party").to_string(),
+            "context": lambda: eng.context("a", "garden party").to_string(),
+            "export_document": lambda: eng.export_document("a"),
+            "user_document": lambda: eng.user_document("ann"),
+            "forget_plan": lambda: eng.forget_plan("a", turns=(0, 1)),
+            "sql": lambda: read_only_query(eng, "SELECT session_id, count(*) AS n FROM turns "
+                                                "GROUP BY ALL ORDER BY ALL"),
+        }
+        real = store_mod.Store.connection
+        armed: list[str] = []
+
+        class Vanishing:
+            """A cursor whose first statement fails as if its data file had been deleted."""
+
+            def __init__(self, cur: duckdb.DuckDBPyConnection) -> None:
+                self.cur = cur
+
+            def execute(self, *args: Any, **kw: Any) -> Any:
+                if armed:
+                    armed.clear()
+                    raise duckdb.IOException(_VANISHED)
+                return self.cur.execute(*args, **kw)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.cur, name)
+
+        def connection(self: Any) -> Any:
+            con = real.fget(self)  # type: ignore[attr-defined]
+            return Vanishing(con) if armed and getattr(self._local, "reading", 0) else con
+
+        monkeypatch.setattr(store_mod.Store, "connection", property(connection))
+        for name, read in reads.items():
+            clean = read()
+            eng.store.bump_generation()  # (no cached index: every read reads the tables)
+            armed.append(name)
+            again = read()
+            assert not armed, f"{name}: no read of the lake was made"
+            if isinstance(again, pl.DataFrame):
+                assert again.equals(clean), name
+            else:
+                assert again == clean, name
+        monkeypatch.setattr(store_mod.Store, "connection", real)
+
+        tries: list[int] = []
+
+        def denied(self: Any) -> Any:
+            if not getattr(self._local, "reading", 0):
+                return real.fget(self)  # type: ignore[attr-defined]
+            tries.append(1)
+            raise duckdb.IOException('IO Error: Cannot open file "x": Permission denied')
+
+        monkeypatch.setattr(store_mod.Store, "connection", property(denied))
+        with pytest.raises(duckdb.IOException, match="Permission denied"):
+            eng.overview("a")
+        assert len(tries) == 1  # (another error is not met by running the read again)
+        monkeypatch.setattr(store_mod.Store, "connection", real)
+
+
 def test_upkeep_logs_a_failed_check_and_tries_again(caplog: pytest.LogCaptureFixture) -> None:
     """A check that fails (the catalog unreachable) is logged and kept; the next one runs."""
     from cce_duck.upkeep import Upkeep
@@ -699,7 +883,8 @@ def test_upkeep_logs_a_failed_check_and_tries_again(caplog: pytest.LogCaptureFix
         calls.append(above_files)
         if len(calls) == 1:
             raise StorageError("the lake's catalog database (x) is unreachable")
-        return {"files_before": 30, "files_after": 3, "bytes_before": 900, "bytes_after": 800}
+        return {"files_before": 30, "files_after": 3, "bytes_before": 900, "bytes_after": 800,
+                "compacted": True}
 
     up = Upkeep(compact, every_s=3600, max_files=20)
     try:
@@ -708,7 +893,7 @@ def test_upkeep_logs_a_failed_check_and_tries_again(caplog: pytest.LogCaptureFix
         assert "unreachable" in (up.error or "")
         assert "could not be compacted" in caplog.text
         assert up.check() == {"files_before": 30, "files_after": 3, "bytes_before": 900,
-                              "bytes_after": 800}
+                              "bytes_after": 800, "compacted": True}
         assert up.error is None
         assert up.compactions == 1
         assert calls == [20, 20]

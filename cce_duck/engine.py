@@ -31,6 +31,7 @@ from cce_duck.explain import refine as refine_explain
 from cce_duck.index import SessionIndex
 from cce_duck.index_cache import IndexCache
 from cce_duck.items import ItemStore, owns_items
+from cce_duck.lake import reread_if
 from cce_duck.management import ManagementMixin
 from cce_duck.messages import (
     load_history,
@@ -42,6 +43,7 @@ from cce_duck.messages import (
 from cce_duck.messages import message_id as check_message_id
 from cce_duck.payload import ContextPayload
 from cce_duck.rows import content_hash
+from cce_duck.sandbox import is_read_only
 from cce_duck.store import Store
 from cce_duck.summariser import model_of
 from cce_duck.text import estimate_tokens
@@ -51,6 +53,7 @@ from cce_duck.window import Window
 from cce_duck.writer import Writer
 
 if TYPE_CHECKING:
+    import duckdb
     import polars as pl
 
 __all__ = ["IN_MEMORY_MAX_TURNS", "Engine", "Session"]
@@ -696,13 +699,21 @@ class Engine(ManagementMixin):
         return None if row is None else str(row[0])
 
     def sql(self, query: str, params: list[Any] | None = None) -> pl.DataFrame:
-        """Run any SQL on the store (UDFs and macros available) and return a frame."""
+        """Run any SQL on the store (UDFs and macros available) and return a frame. On a lake,
+        a read-only statement whose data files a compaction deleted under it runs again
+        (:func:`cce_duck.lake.reread_if`)."""
+        def run(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+            if self.store.lake is None:
+                return con.execute(query, params).pl()
+            return reread_if(lambda: con.execute(query, params).pl(),
+                             lambda: is_read_only(con, query))
+
         if self.store.read_only:
-            return self.store.con.execute(query, params).pl()
+            return run(self.store.con)
         self._store_pending(counts=True)
         try:  # (holding the write lock: the statement may write, and never runs inside a
             with self.store.write_lock:  # background flush's open transaction)
-                return self.store.con.execute(query, params).pl()
+                return run(self.store.con)
         finally:
             self.store.bump_generation()  # the statement may have written: cached indexes are stale
 

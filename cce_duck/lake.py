@@ -51,7 +51,7 @@ from cce_duck.errors import (
 from cce_duck.sqlfiles import statement
 
 __all__ = ["EXTENSIONS", "LAKE_NAME", "REREADS", "Lake", "connect", "data_files", "ddl",
-           "file_vanished", "load_extensions", "merge", "purge", "reread", "rewrite",
+           "file_vanished", "load_extensions", "merge", "purge", "reread", "reread_if", "rewrite",
            "rewrite_catalog", "tables"]
 
 #: The catalog name the lake is attached as (``current_database()`` on a lake store).
@@ -363,6 +363,18 @@ def reread(read: Callable[[], T]) -> T:
 
 
 _rereading = threading.local()  # .on: inside reread() on this thread
+
+
+def reread_if(work: Callable[[], T], rereadable: Callable[[], bool]) -> T:
+    """``work()``; when it fails as a read whose data files were deleted under it
+    (:func:`file_vanished`) and ``rereadable()`` says that it only reads, it runs again as
+    :func:`reread` runs a read (for work that may write, such as any SQL statement)."""
+    try:
+        return work()
+    except duckdb.IOException as exc:
+        if not file_vanished(exc) or getattr(_rereading, "on", False) or not rereadable():
+            raise
+    return reread(work)
 
 
 def data_files(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:

@@ -37,6 +37,7 @@ __all__ = [
     "REFUSED_FUNCTIONS",
     "SandboxError",
     "allowed_directory",
+    "is_read_only",
     "read_only_statement",
     "run_read_only",
     "seal",
@@ -122,6 +123,16 @@ def read_only_statement(con: duckdb.DuckDBPyConnection, sql: str) -> str:
                            "(and EXPLAIN of a SELECT) are read-only; use 'cce sql --write' or "
                            "the library to change memory")
     return str(st.query)
+
+
+def is_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> bool:
+    """Whether ``sql`` is one statement :func:`read_only_statement` admits (``False`` also when
+    DuckDB cannot parse it)."""
+    try:
+        read_only_statement(con, sql)
+    except (SandboxError, duckdb.Error):
+        return False
+    return True
 
 
 def run_read_only(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None

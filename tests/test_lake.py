@@ -639,6 +639,43 @@ def test_processes_on_one_lake_compact_it_once(tmp_path: Path,
             b.close()
 
 
+def test_engine_sql_runs_a_read_only_statement_again_when_its_files_vanish_and_no_other(
+        lake: LakeSpec) -> None:
+    """``Engine.sql`` runs any statement; on a lake a read-only one that fails as a read whose
+    files a compaction deleted runs again, one that may write is never run twice."""
+    with _engine(lake, compact_files=0) as eng:
+        eng.add_messages("a", topic_messages())
+        eng.flush()
+        query = "SELECT session_id, count(*) AS n FROM turns GROUP BY ALL ORDER BY ALL"
+        clean = eng.sql(query)
+        real = eng.store.con
+        failing: list[int] = []
+        runs: list[str] = []
+
+        class Vanishing:
+            """The store's connection, whose next statement fails as if its file were gone."""
+
+            def execute(self, sql: str, *args: Any, **kw: Any) -> Any:
+                runs.append(sql)
+                if failing:
+                    failing.clear()
+                    raise duckdb.IOException(_VANISHED)
+                return real.execute(sql, *args, **kw)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+        with eng.store.bound(Vanishing()):  # type: ignore[arg-type]
+            failing.append(1)
+            assert eng.sql(query).equals(clean)
+            assert runs.count(query) == 2
+            write = "UPDATE pins SET text = text WHERE pin_id < 0"
+            failing.append(1)
+            with pytest.raises(duckdb.IOException, match="No such file"):
+                eng.sql(write)
+            assert runs.count(write) == 1  # (it may write: the caller decides)
+
+
 def test_a_compaction_lets_writes_through_between_its_steps_and_runs_once_at_a_time(
         lake: LakeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
     """A compaction commits a table at a time and holds neither the write lock nor the lake's

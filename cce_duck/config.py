@@ -145,8 +145,8 @@ class Config:
         compact_files: On a lake, a process that writes compacts the lake by itself (as
             ``cce compact`` does: merges small data files, drops deleted rows, expires older
             snapshots) once the current snapshot reads more than this many data files; one
-            process at a time, the others' writes waiting meanwhile. 0: never (run
-            ``cce compact`` yourself). See ``docs/lake.md``.
+            process at a time, a table per commit, writes waiting for one step at a time.
+            0: never (run ``cce compact`` yourself). See ``docs/lake.md``.
         compact_check_s: How often (seconds) such a process counts the lake's data files.
     """
 

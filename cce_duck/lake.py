@@ -345,8 +345,8 @@ def reread(read: Callable[[], T]) -> T:
     no snapshot after it uses as soon as it has committed, without waiting for reads that began
     on an older snapshot; a read that begins again starts on the newest snapshot, which does
     not name them. ``read`` must begin its own transactions (a read in a transaction the
-    caller keeps would see the old snapshot again). Inside another ``reread`` (a server's read
-    of ``Engine.context``) ``read`` runs once: the outer one runs it again."""
+    caller keeps would see the old snapshot again). Inside another ``reread`` ``read`` runs
+    once: the outer one runs it again (a read is retried at one level only)."""
     if getattr(_rereading, "on", False):
         return read()
     _rereading.on = True

@@ -5,11 +5,11 @@ docs/scale.md); every read of a table opens all of them, and the catalog keeps a
 :class:`Upkeep` is a thread that, every ``compact_check_s`` seconds, counts the data files the
 lake's current snapshot reads and compacts the lake (``Engine.compact``: merge, drop deleted
 rows, expire older snapshots, delete the files no snapshot uses) once they are more than
-``compact_files``. Several processes on one lake each run one: the count is taken again under
-the lake's commit lock, so the first to get the lock compacts and the others find nothing to
-do. Other processes' writes wait for the compaction (about a second for 200 files); their
-cached indexes are reloaded afterwards. An error (the catalog unreachable) is logged and the
-next check tries again.
+``compact_files``. Several processes on one lake each run one: one process compacts at a time
+and the count is taken again under the lake's commit lock, so the others find nothing to do
+(:mod:`cce_duck.compaction`). Writes of every process wait for one step of the compaction at
+a time (a table's merge or rewrite, then the expiry and clean-up); cached indexes are reloaded
+afterwards. An error (the catalog unreachable) is logged and the next check tries again.
 """
 
 from __future__ import annotations

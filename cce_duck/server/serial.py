@@ -14,7 +14,6 @@ from starlette.concurrency import run_in_threadpool
 
 from cce_duck.engine import Engine
 from cce_duck.errors import CCEError
-from cce_duck.lake import reread
 from cce_duck.messages import parse_messages
 from cce_duck.payload import ContextPayload
 
@@ -69,9 +68,10 @@ class Serialized:
         ``user_context``, ``search``, ``sessions``, ``users``, ``stats``, ``summary``,
         :func:`~cce_duck.adhoc.read_only_query`), without the write lock, on the thread's own
         cursor (on a lake as on a file: one lake snapshot per read). A read whose lake data
-        files a compaction or an erasure deleted under it runs again (:func:`cce_duck.lake.reread`)."""
+        files a compaction or an erasure deleted under it runs again inside the engine
+        (:meth:`cce_duck.store.Store.read`)."""
         with self._readers:
-            return reread(functools.partial(fn, *args, **kwargs))
+            return fn(*args, **kwargs)
 
     async def context(self, session_id: str, query: str, **kwargs: Any) -> ContextPayload:
         """``Engine.context`` for a server's event loop: built right there when it can be from

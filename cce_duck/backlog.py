@@ -17,8 +17,8 @@ Nothing depends on that second commit happening in the process that made the fir
   and completes the turns of those sessions that another process acknowledged but did not
   derive before they left the hot window;
 - a process that opens the lake for writing looks once for turns without derived rows
-  (:func:`underived_sessions`: another process stopped between its two commits) and completes
-  them;
+  (:func:`underived_sessions`: another process stopped between its two commits; a PostgreSQL
+  catalog keeps those sessions in a table of its own) and completes them;
 - a read that finds turns without derived rows derives them in memory
   (:func:`derived_tables`), so a context of another process shows them at once.
 """
@@ -139,8 +139,20 @@ def uncompressed(store: Store, sessions: set[str]) -> dict[str, list[dict[str, A
 
 
 def underived_sessions(store: Store) -> set[str]:
-    """Sessions of the lake that hold turns without derived rows."""
-    return {str(r[0]) for r in store.q("underived_sessions").fetchall()}
+    """Sessions of the lake that may hold turns without derived rows. A PostgreSQL catalog
+    keeps them in a table of its own (every commit that gives turns adds its sessions, every
+    commit of derived rows removes those it completed: see ``sql/catalog_pg.sql``), so a
+    process opening a lake of any size reads a few rows; a local catalog file (one process) and
+    a catalog made before that table are looked at whole (all of ``turns`` and
+    ``message_vectors``), the latter once, which fills the table."""
+    coord = store.coordinator
+    known = coord.underived() if coord is not None else None
+    if known is not None:
+        return known
+    found = {str(r[0]) for r in store.q("underived_sessions").fetchall()}
+    if coord is not None:
+        coord.seed_underived(found)
+    return found
 
 
 def derived_tables(embedder: CachedEmbedder, config: Config, turns: pa.Table

@@ -56,8 +56,11 @@ def compact_lake(store: Store, above_files: int, alone: threading.Lock) -> dict[
             for table in tables:
                 with _committing(store):
                     lake.rewrite(store.con, table)
-            with _committing(store):  # expire the snapshots, delete the files they used
-                erasure.scrub(store, rewritten=True)
+            for step in lake.purge_steps(rewritten=True):  # expire the older snapshots,
+                with _committing(store):  # delete the files they used, the text bounds
+                    lake.purge_step(store.con, step)
+            with _committing(store):
+                erasure.purged(store)
                 files_after, bytes_after = lake.data_files(store.con)
     finally:
         alone.release()

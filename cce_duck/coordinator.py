@@ -119,6 +119,18 @@ class Coordinator:
         """Sessions were deleted: their turn numbers may start at 0 again (the turn fence)."""
         self.link.run("fence_forget", {"sids": sorted(set(session_ids))})
 
+    def underived(self) -> set[str] | None:
+        """The sessions that may hold turns without derived rows, as the catalog keeps them
+        (the turn fence's trigger, ``sql/catalog_pg.sql``); ``None`` while it does not know
+        yet (a catalog of an older version: look at the whole lake once and
+        :meth:`seed_underived`)."""
+        found = {str(r[0]) for r in self.link.run("underived_list")}
+        return None if "*" in found else found
+
+    def seed_underived(self, sessions: Iterable[str]) -> None:
+        """What a look at the whole lake found (see :meth:`underived`)."""
+        self.link.run("underived_seed", {"sids": sorted(set(sessions))})
+
     def committing(self) -> AbstractContextManager[None]:
         """Hold the lake's commit lock around one write transaction."""
         return self.commit_lock.held()

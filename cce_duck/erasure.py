@@ -38,7 +38,7 @@ from cce_duck.lake import rewrite_catalog
 from cce_duck.spill import remove_spill_files
 from cce_duck.store import Store
 
-__all__ = ["Erasure", "erase", "finish", "scrub", "scrub_journal"]
+__all__ = ["Erasure", "erase", "finish", "purged", "scrub", "scrub_journal"]
 
 
 @dataclass(frozen=True)
@@ -214,10 +214,7 @@ def scrub(store: Store, *, rewritten: bool = False) -> None:
     """
     if store.lake is not None and not store.read_only:
         lake_purge(store.con, rewritten=rewritten)
-        target = store.lake
-        if not target.shared:  # the local catalog file too (its statistics held the text)
-            store.reconnect(lambda: rewrite_catalog(target))
-        store.bump_generation()
+        purged(store)
         return
     if store.data_dir is None or store.read_only:
         return
@@ -236,6 +233,18 @@ def scrub(store: Store, *, rewritten: bool = False) -> None:
     finally:
         con.execute("DETACH cce_rewrite")
     store.reconnect(lambda: _swap(tmp, path))
+
+
+def purged(store: Store) -> None:
+    """What follows the purge of a lake (:func:`cce_duck.lake.purge`, or its steps one by one):
+    a local catalog file is rewritten too (its statistics held the text), and the store's
+    readers are told that its files changed."""
+    target = store.lake
+    if target is None or store.read_only:
+        return
+    if not target.shared:
+        store.reconnect(lambda: rewrite_catalog(target))
+    store.bump_generation()
 
 
 def _swap(tmp: Path, path: Path) -> None:

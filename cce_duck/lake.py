@@ -51,8 +51,8 @@ from cce_duck.errors import (
 from cce_duck.sqlfiles import statement
 
 __all__ = ["EXTENSIONS", "LAKE_NAME", "REREADS", "Lake", "connect", "data_files", "ddl",
-           "file_vanished", "load_extensions", "merge", "purge", "reread", "reread_if", "rewrite",
-           "rewrite_catalog", "tables"]
+           "file_vanished", "load_extensions", "merge", "purge", "purge_step", "purge_steps",
+           "reread", "reread_if", "rewrite", "rewrite_catalog", "tables"]
 
 #: The catalog name the lake is attached as (``current_database()`` on a lake store).
 LAKE_NAME = "lake"
@@ -383,20 +383,32 @@ def data_files(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-def purge(con: duckdb.DuckDBPyConnection, *, rewritten: bool = False) -> None:
-    """Remove deleted rows from every data file: rewrite each table's files that hold deletes
-    (``delete_threshold => 0.0``), expire every older snapshot, delete every file no snapshot
-    uses any more (``cleanup_all``), then recompute the table-wide bounds of text columns from
-    the files that remain (whole messages can be a column's min or max). ``rewritten``: the
-    first step was done already (:func:`rewrite`, a table at a time). Run it with no
-    transaction open."""
-    name = {"name": LAKE_NAME}
-    steps = ("lake_expire", "lake_cleanup") if rewritten else (
-        "lake_rewrite", "lake_expire", "lake_cleanup")
+def purge_steps(*, rewritten: bool = False) -> tuple[str, ...]:
+    """The statements of :func:`purge`, in order (each its own commit to the lake): rewrite
+    each table's files that hold deletes (``delete_threshold => 0.0``; left out when
+    ``rewritten``: done already, a table at a time by :func:`rewrite`), expire every older
+    snapshot, delete every file no snapshot uses any more (``cleanup_all``), then recompute the
+    table-wide bounds of text columns from the files that remain (whole messages can be a
+    column's min or max)."""
+    return (() if rewritten else ("lake_rewrite",)) + ("lake_expire", "lake_cleanup",
+                                                       "lake_text_stats")
+
+
+def purge_step(con: duckdb.DuckDBPyConnection, step: str) -> None:
+    """Run one of :func:`purge_steps`. Run it with no transaction open."""
     try:
-        for step in steps:
-            con.execute(statement(step, literals=name)).fetchall()  # (runs only when read)
-        con.execute(statement("lake_text_stats", identifiers={"meta": META_NAME})).fetchall()
+        if step == "lake_text_stats":
+            con.execute(statement(step, identifiers={"meta": META_NAME})).fetchall()
+        else:
+            con.execute(statement(step, literals={"name": LAKE_NAME})).fetchall()  # (runs
+            # only when read)
     except duckdb.Error as exc:
         raise StorageError(f"the lake could not drop erased rows from its files: "
                            f"{_first_line(exc)}") from exc
+
+
+def purge(con: duckdb.DuckDBPyConnection, *, rewritten: bool = False) -> None:
+    """Remove deleted rows from every data file: every step of :func:`purge_steps` in turn.
+    Run it with no transaction open."""
+    for step in purge_steps(rewritten=rewritten):
+        purge_step(con, step)

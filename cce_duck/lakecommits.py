@@ -163,6 +163,7 @@ class LakeCommits:
         out = TurnRows()
         pending: dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]] = {}
         counters: dict[str, int] = {}
+        left: set[str] = set()  # sessions keeping turns without derived rows after this commit
         for sid in sorted(found):
             srows = found[sid]
             nxt = max(srows[-1]["turn_no"] + 1, nexts.get(sid, 0))
@@ -179,6 +180,7 @@ class LakeCommits:
                                 r["speaker"], r["content"], r["ts"], micro=r["micro"],
                                 tokens=r["tokens"], message_id=r["message_id"])
                     else:
+                        left.add(sid)
                         continue  # another process's turn, still hot: left to it for now
                     vec = int8_rows(out.mvec[-1])[0]
                 if r["turn_no"] < before:
@@ -190,6 +192,8 @@ class LakeCommits:
         for sid, n in nexts.items():  # (its turns may be gone: the counter still moves)
             counters[sid] = max(counters.get(sid, 0), n)
         w.store.writing = (w.store.writing or set()) | set(counters)
+        if w.store.commit_info is not None:  # (the catalog's table of underived sessions)
+            w.store.commit_info["complete"] = sorted(sids - left)
         out.insert(w.store, turns=False)
         for sid in counters:
             if sid in w._df:  # term statistics follow the postings just written

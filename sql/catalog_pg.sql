@@ -69,8 +69,10 @@ WHERE datname = current_database() AND backend_type = 'client backend'
 SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0)) AS released;
 
 -- name: fence_installed
--- Whether the turn fence (below) is installed in this catalog.
-SELECT count(*) AS n FROM pg_trigger WHERE tgname = 'cce_duck_turn_fence'
+-- Whether the turn fence (below) is installed in this catalog, in its present form (the one
+-- that also keeps the sessions with underived turns).
+SELECT count(*) = 1 AND to_regclass('{schema}.cce_duck_underived') IS NOT NULL AS installed
+FROM pg_trigger WHERE tgname = 'cce_duck_turn_fence'
     AND tgrelid = '{schema}.ducklake_snapshot_changes'::regclass;
 
 -- name: fence_install
@@ -80,13 +82,30 @@ SELECT count(*) AS n FROM pg_trigger WHERE tgname = 'cce_duck_turn_fence'
 -- number is below the session's next one, so no turn number is ever stored twice, whatever
 -- the timing (a process killed while its commit is being written can have that commit land
 -- after another process took the session's lease: the later of the two commits fails, and is
--- never acknowledged). One row per session. Installed once, under a transaction lock.
+-- never acknowledged). One row per session.
+--
+-- The same trigger keeps the sessions that hold turns without derived rows (cce_duck_underived):
+-- a commit that gives turns adds their sessions; a commit of derived rows removes those it left
+-- with none (commit_extra_info "complete": [session, ...]). A process that opens the lake for
+-- writing completes what that table names (another process stopped between its two commits)
+-- instead of reading all of turns and message_vectors. Created with the row '*' (no session
+-- id has that form): the table does not know yet the turns stored before it, and the first
+-- process that reads it looks at the whole lake once (underived_seed).
+-- Installed once, under a transaction lock.
 BEGIN;
 SELECT pg_advisory_xact_lock(hashtextextended('cce_duck:fence', 0));
 CREATE TABLE IF NOT EXISTS {schema}.cce_duck_turns (
     session_id TEXT PRIMARY KEY,
     next_turn INTEGER NOT NULL
 );
+DO $seed$
+BEGIN
+    IF to_regclass('{schema}.cce_duck_underived') IS NULL THEN
+        CREATE TABLE {schema}.cce_duck_underived (session_id TEXT PRIMARY KEY);
+        INSERT INTO {schema}.cce_duck_underived VALUES ('*');
+    END IF;
+END
+$seed$;
 CREATE OR REPLACE FUNCTION {schema}.cce_duck_turn_fence() RETURNS trigger
 LANGUAGE plpgsql AS $fence$
 DECLARE
@@ -95,10 +114,18 @@ DECLARE
     moved integer;
 BEGIN
     IF NEW.commit_message IS DISTINCT FROM 'cce_duck' OR NEW.commit_extra_info IS NULL
-       OR NEW.commit_extra_info NOT LIKE '%"turns"%' THEN
+       OR (NEW.commit_extra_info NOT LIKE '%"turns"%'
+           AND NEW.commit_extra_info NOT LIKE '%"complete"%') THEN
         RETURN NEW;
     END IF;
-    FOR s IN SELECT key, value FROM jsonb_each(NEW.commit_extra_info::jsonb -> 'turns') LOOP
+    INSERT INTO {schema}.cce_duck_underived (session_id)
+    SELECT key FROM jsonb_each(coalesce(NEW.commit_extra_info::jsonb -> 'turns', '{}'))
+    ON CONFLICT DO NOTHING;
+    DELETE FROM {schema}.cce_duck_underived WHERE session_id IN (
+        SELECT jsonb_array_elements_text(coalesce(NEW.commit_extra_info::jsonb -> 'complete',
+                                                  '[]')));
+    FOR s IN SELECT key, value FROM jsonb_each(coalesce(NEW.commit_extra_info::jsonb -> 'turns',
+                                                        '{}')) LOOP
         first_turn := (s.value ->> 0)::integer;
         INSERT INTO {schema}.cce_duck_turns AS f (session_id, next_turn)
         VALUES (s.key, (s.value ->> 1)::integer + 1)
@@ -118,5 +145,22 @@ FOR EACH ROW EXECUTE FUNCTION {schema}.cce_duck_turn_fence();
 COMMIT;
 
 -- name: fence_forget
--- Sessions deleted: a later message to the same id starts a new session at turn 0.
+-- Sessions deleted: a later message to the same id starts a new session at turn 0 (and the
+-- session's id leaves the table of sessions with underived turns).
+WITH underived AS (
+    DELETE FROM {schema}.cce_duck_underived WHERE session_id = ANY(%(sids)s::text[])
+)
 DELETE FROM {schema}.cce_duck_turns WHERE session_id = ANY(%(sids)s::text[]) RETURNING session_id;
+
+-- name: underived_list
+-- The sessions that may hold turns without derived rows ('*': not known yet, see fence_install).
+SELECT session_id FROM {schema}.cce_duck_underived ORDER BY session_id;
+
+-- name: underived_seed
+-- The sessions a look at the whole lake found with underived turns, in place of '*' (one
+-- statement: both or neither).
+WITH found AS (
+    INSERT INTO {schema}.cce_duck_underived (session_id)
+    SELECT unnest(%(sids)s::text[]) ON CONFLICT DO NOTHING
+)
+DELETE FROM {schema}.cce_duck_underived WHERE session_id = '*' RETURNING session_id;

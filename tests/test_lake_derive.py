@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 from conftest import topic_messages
-from lake import KINDS, LakeSpec, make_lake
+from lake import KINDS, LakeSpec, make_lake, psql
 
 from cce_duck import Engine
 from cce_duck.config import Config
+from cce_duck.store import Store
 
 pytestmark = pytest.mark.lake
 
@@ -270,6 +271,66 @@ def test_killed_between_the_two_commits_nothing_is_lost(pg_lake: LakeSpec) -> No
         assert retry == 3  # (a retry of an acknowledged message: its number, nothing stored)
         assert restarted.add_message(SID, "user", "the last one") == 14
         assert _counts(restarted)["turns"] == 15
+
+
+def _underived_table(spec: LakeSpec) -> list[str]:
+    """The catalog's table of sessions with underived turns, read with psql."""
+    dbname = spec.catalog.split("dbname=")[1].split()[0]
+    out = psql("SELECT session_id FROM cce_duck_underived ORDER BY 1", dbname=dbname)
+    return out.split()
+
+
+def test_the_catalog_names_the_sessions_with_underived_turns(
+        pg_lake: LakeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that opens a PostgreSQL lake for writing finds the turns another process left
+    without derived rows in the catalog's table of them, not by reading the whole lake; a
+    catalog made before that table is read whole once, which fills it."""
+    seen: list[str] = []  # the names of the statements every store runs
+    run = Store.q
+
+    def spy(self: Store, name: str, *a: Any, **kw: Any) -> Any:
+        seen.append(name)
+        return run(self, name, *a, **kw)
+
+    monkeypatch.setattr(Store, "q", spy)
+    with _engine(pg_lake, derive_after_s=NEVER) as a:
+        a.add_message("warm", "user", "A first message.")
+        a.flush()  # (its look at open: the table was new, so the whole lake, once)
+        assert _underived_table(pg_lake) == []
+        a.add_message("gone", "user", "A session deleted.")
+        assert _underived_table(pg_lake) == ["gone"]  # (acknowledged, nothing derived)
+        a.delete_session("gone")
+        assert _underived_table(pg_lake) == []
+        for i in range(3):
+            a.add_message(SID, "user", f"message {i} with the word kx{i}q")
+        assert _underived_table(pg_lake) == [SID]
+        seen.clear()
+        with _engine(pg_lake, derive_after_s=NEVER) as b:
+            b.add_message("other", "user", "Another process's session.")
+            b.flush()  # its look at open: the table
+            assert "underived_sessions" not in seen
+            assert "uncompressed_turns" in seen
+            _complete(b)  # (it completed the turns a left)
+            assert _underived_table(pg_lake) == []
+        a.add_message(SID, "user", "message 3 with the word kx3q")
+        assert _underived_table(pg_lake) == [SID]
+        # a catalog of an older version: no table yet (made again by the next process to open)
+        dbname = pg_lake.catalog.split("dbname=")[1].split()[0]
+        psql("DROP TABLE cce_duck_underived", dbname=dbname)
+        seen.clear()
+        with _engine(pg_lake, derive_after_s=NEVER) as c:
+            c.flush()
+            assert seen.count("underived_sessions") == 1  # the whole lake, once: message 3
+            c1 = _complete(c)
+            assert c1["turns"] == 4
+            assert _underived_table(pg_lake) == []
+            c.add_message("later", "user", "One more.")
+            assert _underived_table(pg_lake) == ["later"]
+            c.flush()
+            assert _underived_table(pg_lake) == []
+            c.add_message("later", "user", "And one more.")
+            c.flush()
+            assert seen.count("underived_sessions") == 1
 
 
 def test_the_catalog_refuses_a_turn_number_given_twice(pg_lake: LakeSpec) -> None:

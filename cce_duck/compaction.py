@@ -9,6 +9,10 @@ files paused acknowledgements for most of a second (docs/scale.md, run L); done 
 time, releasing both locks between steps, writes go on between the steps and each waits for
 one step at most.
 
+A compaction changes files, never what they hold: its merges and rewrites are stamped as
+commits that changed no session (``Store.transaction(sessions=False)``), so the other processes,
+which read the stamps (:mod:`cce_duck.changefeed`), keep what they cached, and so does this one.
+
 Only one process compacts a lake at a time: the whole compaction holds a session-level
 advisory lock of the catalog (:meth:`cce_duck.coordinator.Coordinator.compacting`; free at
 once when its holder dies), and a process that finds it taken does nothing (the conditional
@@ -26,6 +30,8 @@ from cce_duck import erasure, lake
 from cce_duck.errors import ConflictError
 
 if TYPE_CHECKING:
+    import duckdb
+
     from cce_duck.store import Store
 
 __all__ = ["compact_lake", "unchanged"]
@@ -45,22 +51,22 @@ def compact_lake(store: Store, above_files: int, alone: threading.Lock) -> dict[
         with coord.compacting() if coord is not None else nullcontext(True) as only:
             if not only:
                 return _busy(store, above_files, "another process")
-            with _committing(store):
-                files_before, bytes_before = lake.data_files(store.con)
+            with _committing(store) as con:
+                files_before, bytes_before = lake.data_files(con)
                 if above_files and files_before <= above_files:
                     return unchanged(files_before, bytes_before)
-                tables = lake.tables(store.con)
+                tables = lake.tables(con)
             for table in tables:  # (most files first)
-                with _committing(store):
-                    lake.merge(store.con, table)
+                with _committing(store, snapshot=True) as con:
+                    lake.merge(con, table)
             for table in tables:
-                with _committing(store):
-                    lake.rewrite(store.con, table)
+                with _committing(store, snapshot=True) as con:
+                    lake.rewrite(con, table)
             for step in lake.purge_steps(rewritten=True):  # expire the older snapshots,
-                with _committing(store):  # delete the files they used, the text bounds
-                    lake.purge_step(store.con, step)
-            with _committing(store):
-                erasure.purged(store)
+                with _committing(store) as con:  # delete the files they used, the text bounds
+                    lake.purge_step(con, step)
+            with _committing(store) as con:
+                erasure.purged(store, erased=False)
                 files_after, bytes_after = lake.data_files(store.con)
     finally:
         alone.release()
@@ -84,9 +90,14 @@ def _busy(store: Store, above_files: int, who: str) -> dict[str, int]:
 
 
 @contextmanager
-def _committing(store: Store) -> Iterator[None]:
-    """Holding the store's write lock and the lake's commit lock (on a shared lake), as a
-    write transaction does."""
+def _committing(store: Store, *, snapshot: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    """One step: the store's connection, holding the store's write lock and the lake's commit
+    lock (on a shared lake), as a write transaction does. ``snapshot``: the step commits a
+    snapshot (a merge, a rewrite), in a transaction stamped as changing no session."""
+    if snapshot:
+        with store.transaction(sessions=False) as con:
+            yield con
+        return
     coord = store.coordinator
     with store.write_lock, coord.committing() if coord is not None else nullcontext():
-        yield
+        yield store.con

@@ -196,7 +196,7 @@ def scrub_journal(path: Path, store: Store, what: Erasure) -> int:
     return dropped
 
 
-def scrub(store: Store, *, rewritten: bool = False) -> None:
+def scrub(store: Store) -> None:
     """Rewrite the database file so deleted rows leave no bytes behind (step 4; also what
     ``Engine.compact`` runs).
 
@@ -208,12 +208,11 @@ def scrub(store: Store, *, rewritten: bool = False) -> None:
 
     On a lake, every data file holding deleted rows is rewritten without them, every older
     snapshot expired and every file no snapshot uses deleted (:func:`cce_duck.lake.purge`),
-    and a local catalog file is rewritten too (:func:`cce_duck.lake.rewrite_catalog`);
-    ``rewritten``: the files with deleted rows were rewritten already (by a compaction, a
-    table at a time).
+    and a local catalog file is rewritten too (:func:`cce_duck.lake.rewrite_catalog`). (A
+    lake's compaction runs the same steps one at a time: :mod:`cce_duck.compaction`.)
     """
     if store.lake is not None and not store.read_only:
-        lake_purge(store.con, rewritten=rewritten)
+        lake_purge(store.con)
         purged(store)
         return
     if store.data_dir is None or store.read_only:
@@ -235,16 +234,18 @@ def scrub(store: Store, *, rewritten: bool = False) -> None:
     store.reconnect(lambda: _swap(tmp, path))
 
 
-def purged(store: Store) -> None:
+def purged(store: Store, *, erased: bool = True) -> None:
     """What follows the purge of a lake (:func:`cce_duck.lake.purge`, or its steps one by one):
-    a local catalog file is rewritten too (its statistics held the text), and the store's
-    readers are told that its files changed."""
+    a local catalog file is rewritten too (its statistics held the text), and, when rows were
+    ``erased`` (not a compaction, which changes files only), the store's cached indexes are
+    made stale."""
     target = store.lake
     if target is None or store.read_only:
         return
     if not target.shared:
-        store.reconnect(lambda: rewrite_catalog(target))
-    store.bump_generation()
+        store.reconnect(lambda: rewrite_catalog(target))  # (a new connection: caches go)
+    if erased:
+        store.bump_generation()
 
 
 def _swap(tmp: Path, path: Path) -> None:

@@ -696,7 +696,7 @@ def test_a_compaction_lets_writes_through_between_its_steps_and_runs_once_at_a_t
         other = _engine(lake, compact_files=0) if lake.kind == "postgres" else None
         try:
             @contextmanager
-            def committing(store: Any) -> Iterator[None]:
+            def committing(store: Any, **kw: Any) -> Iterator[Any]:
                 entries.append(1)
                 if len(entries) == 3:  # between the first merge and the next step
                     writes = [lambda: eng.add_message("small", "user", "Between: the ferry.")]
@@ -712,8 +712,8 @@ def test_a_compaction_lets_writes_through_between_its_steps_and_runs_once_at_a_t
                             worker, between[name] = _in_thread(who.compact)
                             worker.join(timeout=20)
                             between[f"{name}_timer"] = who.compact(above_files=1)
-                with real(store):
-                    yield
+                with real(store, **kw) as con:
+                    yield con
 
             monkeypatch.setattr(compaction, "_committing", committing)
             sizes = eng.compact()
@@ -736,6 +736,31 @@ def test_a_compaction_lets_writes_through_between_its_steps_and_runs_once_at_a_t
         finally:
             if other is not None:
                 other.close()
+
+
+def test_a_compaction_leaves_every_process_its_cached_indexes(tmp_path: Path) -> None:
+    """A compaction changes files, not what they hold: its commits say they changed no
+    session, so neither another process nor the compacting one reloads an index it cached
+    (they would all reload every index after each compaction otherwise); what they answer is
+    unchanged, and a write after it is seen by the other process."""
+    with make_lake("postgres", tmp_path) as spec, _engine(spec, compact_files=0) as eng, \
+            _engine(spec, compact_files=0) as other:
+        for i in range(16):  # one acknowledgement commit (and data file) each
+            eng.add_message("s1", "user", f"Message {i}: the tram {i} to the harbour.")
+        eng.flush()
+        before = {who: w.context("s1", "tram 7", max_tokens=300).to_string()
+                  for who, w in (("eng", eng), ("other", other))}
+        loads = (eng.index.loads, other.index.loads)
+        sizes = eng.compact()
+        assert sizes["compacted"], sizes
+        assert sizes["files_after"] < sizes["files_before"], sizes
+        after = {who: w.context("s1", "tram 7", max_tokens=300).to_string()
+                 for who, w in (("eng", eng), ("other", other))}
+        assert after == before
+        assert (eng.index.loads, other.index.loads) == loads  # nothing read again
+        eng.add_message("s1", "user", "Message 16: the ferry.")
+        eng.flush()
+        assert "ferry" in other.context("s1", "ferry", max_tokens=300).to_string()
 
 
 def test_a_read_whose_files_a_compaction_deleted_runs_again(tmp_path: Path) -> None:

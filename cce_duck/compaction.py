@@ -65,7 +65,7 @@ def compact_lake(store: Store, above_files: int, alone: threading.Lock) -> dict[
             for step in lake.purge_steps(rewritten=True):  # expire the older snapshots,
                 with _committing(store) as con:  # delete the files they used, the text bounds
                     lake.purge_step(con, step)
-            with _committing(store) as con:
+            with _committing(store):  # (a local catalog file is rewritten: a new connection)
                 erasure.purged(store, erased=False)
                 files_after, bytes_after = lake.data_files(store.con)
     finally:

@@ -209,14 +209,14 @@ class ManagementMixin:
         and delete the files no snapshot uses any more, one table per commit
         (:mod:`cce_duck.compaction`): each step holds the lake's commit lock, so other
         processes' writes wait for one step at a time; no process reloads what it cached
-        (a compaction changes files, not what they hold). Returns the current snapshot's data files and their bytes before and after
-        (``files_before``, ``files_after``, ``bytes_before``, ``bytes_after``) and whether it
-        compacted (``compacted``, true or false; an int like the others). With
-        ``above_files``, a lake is compacted only when its current snapshot reads more data
-        files than that (counted again once the lock is held: another process may have just
-        compacted it) and no other process is compacting it; else nothing is done and the
-        figures after are those before (what a process does by itself,
-        :mod:`cce_duck.upkeep`). Without it, a compaction under way elsewhere raises
+        (a compaction changes files, not what they hold). Returns the current snapshot's data
+        files and their bytes before and after (``files_before``, ``files_after``,
+        ``bytes_before``, ``bytes_after``) and whether it compacted (``compacted``, true or
+        false; an int like the others). With ``above_files``, a lake is compacted only when its
+        current snapshot reads more data files than that (counted again once the lock is held:
+        another process may have just compacted it) and no other process is compacting it;
+        else nothing is done and the figures after are those before (what a process does by
+        itself, :mod:`cce_duck.upkeep`). Without it, a compaction under way elsewhere raises
         :class:`ConflictError`."""
         if isinstance(above_files, bool) or not isinstance(above_files, int) or above_files < 0:
             raise ValidationError(f"above_files must be an integer >= 0, got {above_files!r}")

@@ -233,8 +233,11 @@ def test_three_processes_killed_twenty_times_lose_and_repeat_nothing(
             "GROUP BY ALL HAVING count(*) > 1 UNION ALL "
             "SELECT 'vector', session_id, turn_no, count(*), NULL, NULL "
             "FROM main.message_vectors GROUP BY ALL HAVING count(*) > 1 ORDER BY ALL").rows()
+        assert eng.store.coordinator is not None
+        listed = eng.store.coordinator.underived()  # (the catalog's own list: none left)
     finally:
         eng.close()
+    assert listed == set(), f"the catalog still lists sessions with underived turns: {listed}"
     assert derived[0] == derived[1] == derived[2], (
         f"turns, vectors, turns with vectors: {derived}; without vectors: {missing}; "
         f"stored twice: {twice}")

@@ -11,7 +11,13 @@ snapshots committed since it last looked (:meth:`ChangeFeed.poll`, one indexed q
 - which sessions other cce_duck processes wrote (their cached indexes and turn counters are
   dropped, so the next read of them is fresh and the next write numbers after their turns);
 - whether some commit does not say what it changed (``cce sql``, maintenance, another program):
-  then everything cached is dropped.
+  then everything cached is dropped;
+- whether snapshots it has not read were expired meanwhile (a compaction or an erasure expires
+  the older snapshots, and their stamps with them): DuckLake numbers snapshots one after the
+  other, so the first one it reads then is past the next number, and everything cached is
+  dropped too. (A compaction by a process itself keeps the snapshots of the last
+  :data:`cce_duck.compaction.EXPIRE_GRACE_S` seconds, which the processes that are serving
+  have read by then.)
 
 Its own commits are skipped: the process updated its caches when it made them.
 """
@@ -80,6 +86,8 @@ class ChangeFeed:
         out = Changes(head=self.seen)
         for snapshot_id, author, message, extra, _changes in rows:
             out.snapshots += 1
+            if int(snapshot_id) != out.head + 1:  # a gap: snapshots expired before this
+                out.everything = True             # process read them (their stamps are gone)
             out.head = max(out.head, int(snapshot_id))
             if author == self.token:
                 continue

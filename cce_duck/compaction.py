@@ -11,7 +11,8 @@ one step at most.
 
 A compaction changes files, never what they hold: its merges and rewrites are stamped as
 commits that changed no session (``Store.transaction(sessions=False)``), so the other processes,
-which read the stamps (:mod:`cce_duck.changefeed`), keep what they cached, and so does this one.
+which read the stamps (:mod:`cce_duck.changefeed`), keep what they cached, and so does this one,
+as long as the expiry leaves them the snapshots they have not read yet (:data:`EXPIRE_GRACE_S`).
 
 Only one process compacts a lake at a time: the whole compaction holds a session-level
 advisory lock of the catalog (:meth:`cce_duck.coordinator.Coordinator.compacting`; free at
@@ -34,7 +35,15 @@ if TYPE_CHECKING:
 
     from cce_duck.store import Store
 
-__all__ = ["compact_lake", "unchanged"]
+__all__ = ["EXPIRE_GRACE_S", "compact_lake", "unchanged"]
+
+#: A compaction by a process itself (``above_files``) expires only the snapshots older than
+#: this: a process learns what the others wrote from the stamps of their snapshots, and one
+#: that finds snapshots it never read expired must drop everything it cached
+#: (:mod:`cce_duck.changefeed`); the processes that are serving have read them by then. The
+#: files merged away meanwhile are deleted by a later compaction (or an erasure). An explicit
+#: compaction (``cce compact``) expires every older snapshot and deletes their files at once.
+EXPIRE_GRACE_S = 60.0
 
 
 def compact_lake(store: Store, above_files: int, alone: threading.Lock) -> dict[str, int]:
@@ -62,9 +71,10 @@ def compact_lake(store: Store, above_files: int, alone: threading.Lock) -> dict[
             for table in tables:
                 with _committing(store, snapshot=True) as con:
                     lake.rewrite(con, table)
+            keep_s = EXPIRE_GRACE_S if above_files else 0.0
             for step in lake.purge_steps(rewritten=True):  # expire the older snapshots,
                 with _committing(store) as con:  # delete the files they used, the text bounds
-                    lake.purge_step(con, step)
+                    lake.purge_step(con, step, keep_s=keep_s)
             with _committing(store):  # (a local catalog file is rewritten: a new connection)
                 erasure.purged(store, erased=False)
                 files_after, bytes_after = lake.data_files(store.con)

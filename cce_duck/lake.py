@@ -394,11 +394,16 @@ def purge_steps(*, rewritten: bool = False) -> tuple[str, ...]:
                                                        "lake_text_stats")
 
 
-def purge_step(con: duckdb.DuckDBPyConnection, step: str) -> None:
-    """Run one of :func:`purge_steps`. Run it with no transaction open."""
+def purge_step(con: duckdb.DuckDBPyConnection, step: str, *, keep_s: float = 0.0) -> None:
+    """Run one of :func:`purge_steps`; ``keep_s``: the expiry keeps the snapshots of the last
+    ``keep_s`` seconds (and the files they use, until a later clean-up). Run it with no
+    transaction open."""
     try:
         if step == "lake_text_stats":
             con.execute(statement(step, identifiers={"meta": META_NAME})).fetchall()
+        elif step == "lake_expire" and keep_s > 0:
+            con.execute(statement("lake_expire_before", literals={
+                "name": LAKE_NAME, "seconds": repr(float(keep_s))})).fetchall()
         else:
             con.execute(statement(step, literals={"name": LAKE_NAME})).fetchall()  # (runs
             # only when read)

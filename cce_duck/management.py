@@ -208,8 +208,10 @@ class ManagementMixin:
         one or more per commit), drop deleted rows from the files, expire the older snapshots
         and delete the files no snapshot uses any more, one table per commit
         (:mod:`cce_duck.compaction`): each step holds the lake's commit lock, so other
-        processes' writes wait for one step at a time; no process reloads what it cached
-        (a compaction changes files, not what they hold). Returns the current snapshot's data
+        processes' writes wait for one step at a time. It changes files, not what they hold:
+        with ``above_files`` (a process's own compaction) the other processes keep what they
+        cached; without it every older snapshot is expired at once, and a process that had not
+        read them drops what it cached. Returns the current snapshot's data
         files and their bytes before and after (``files_before``, ``files_after``,
         ``bytes_before``, ``bytes_after``) and whether it compacted (``compacted``, true or
         false; an int like the others). With ``above_files``, a lake is compacted only when its

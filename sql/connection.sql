@@ -160,6 +160,12 @@ CALL ducklake_rewrite_data_files({name}, delete_threshold => 0.0);
 -- Expire every snapshot but the current one (the files only they use become old files).
 SELECT count(*) FROM ducklake_expire_snapshots({name}, older_than => now());
 
+-- name: lake_expire_before
+-- Expire the snapshots older than {seconds} seconds but the current one (a compaction by a
+-- process itself: the processes serving the lake have read their stamps by then).
+SELECT count(*) FROM ducklake_expire_snapshots(
+    {name}, older_than => now() - to_seconds(CAST({seconds} AS DOUBLE)));
+
 -- name: lake_cleanup
 -- Delete every data file no snapshot uses any more.
 SELECT count(*) FROM ducklake_cleanup_old_files({name}, cleanup_all => true);

@@ -211,10 +211,10 @@ class ManagementMixin:
         processes' writes wait for one step at a time. It changes files, not what they hold:
         with ``above_files`` (a process's own compaction) the other processes keep what they
         cached; without it every older snapshot is expired at once, and a process that had not
-        read them drops what it cached. Returns the current snapshot's data
-        files and their bytes before and after (``files_before``, ``files_after``,
-        ``bytes_before``, ``bytes_after``) and whether it compacted (``compacted``, true or
-        false; an int like the others). With ``above_files``, a lake is compacted only when its
+        read them drops what it cached. Returns the current snapshot's data files and their
+        bytes before and after (``files_before``, ``files_after``, ``bytes_before``,
+        ``bytes_after``) and whether it compacted (``compacted``, true or false; an int like
+        the others). With ``above_files``, a lake is compacted only when its
         current snapshot reads more data files than that (counted again once the lock is held:
         another process may have just compacted it) and no other process is compacting it;
         else nothing is done and the figures after are those before (what a process does by

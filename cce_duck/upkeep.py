@@ -8,8 +8,10 @@ rows, expire older snapshots, delete the files no snapshot uses) once they are m
 ``compact_files``. Several processes on one lake each run one: one process compacts at a time
 and the count is taken again under the lake's commit lock, so the others find nothing to do
 (:mod:`cce_duck.compaction`). Writes of every process wait for one step of the compaction at
-a time (a table's merge or rewrite, then the expiry and clean-up); cached indexes are reloaded
-afterwards. An error (the catalog unreachable) is logged and the next check tries again.
+a time (a table's merge or rewrite, then the expiry, the clean-up and the text bounds); no
+process reloads its cached indexes because of it (the snapshots of the last
+:data:`cce_duck.compaction.EXPIRE_GRACE_S` seconds are kept). An error (the catalog
+unreachable) is logged and the next check tries again.
 """
 
 from __future__ import annotations

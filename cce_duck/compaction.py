@@ -65,6 +65,8 @@ def compact_lake(store: Store, above_files: int, alone: threading.Lock) -> dict[
                 if above_files and files_before <= above_files:
                     return unchanged(files_before, bytes_before)
                 tables = lake.tables(con)
+                # (an explicit compaction is a whole purge: it finishes interrupted erasures)
+                owed = [] if above_files else erasure.pending(store)
             for table in tables:  # (most files first)
                 with _committing(store, snapshot=True) as con:
                     lake.merge(con, table)
@@ -78,6 +80,7 @@ def compact_lake(store: Store, above_files: int, alone: threading.Lock) -> dict[
             with _committing(store):  # (a local catalog file is rewritten: a new connection)
                 erasure.purged(store, erased=False)
                 files_after, bytes_after = lake.data_files(store.con)
+            erasure.unmark(store, owed)
     finally:
         alone.release()
     return {"files_before": files_before, "files_after": files_after,

@@ -20,16 +20,26 @@ A process killed anywhere after step 1 leaves the intent behind; the next writab
 open also removes a half-written ``memory.duckdb.rewrite`` (:func:`cce_duck.folder.clean_leftovers`).
 A read-only open of a folder with an unfinished erasure is refused. Killed before step 1, the
 erasure never started: the call had not returned and everything is as before.
+
+**On a lake** there is no journal and no folder of one process: the intent is a row of
+``cce_meta`` (a random key under :data:`PENDING`, no id and no text) that the transaction
+deleting the rows inserts, so the two are committed together or not at all; the purge of the
+data files (:func:`scrub`) follows, then the row goes. A process killed between the two leaves
+the row: the next process that opens the lake for writing, the next erasure and the next
+``cce compact`` run the purge again and remove every row recorded before it began. A
+read-only open goes on (the rows are deleted from every snapshot it can read; only old data
+files still hold them until the purge runs).
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cce_duck import folder
+from cce_duck import clock, folder
 from cce_duck.corrections import refresh_session_summary
 from cce_duck.derived import csv, run_script, touch
 from cce_duck.errors import CCEError
@@ -38,7 +48,11 @@ from cce_duck.lake import rewrite_catalog
 from cce_duck.spill import remove_spill_files
 from cce_duck.store import Store
 
-__all__ = ["Erasure", "erase", "finish", "purged", "scrub", "scrub_journal"]
+__all__ = ["PENDING", "Erasure", "erase", "finish", "pending", "purged", "scrub", "scrub_journal",
+           "unmark"]
+
+#: The prefix of a lake's intent rows in ``cce_meta`` (see the module docstring).
+PENDING = "erasure_pending:"
 
 
 @dataclass(frozen=True)
@@ -97,21 +111,28 @@ def erase(store: Store, what: Erasure) -> dict[str, int]:
     if data_dir is not None:
         finish(store)  # one that failed earlier in this process first: its intent is replaced
         folder.write_intent(data_dir, store.journal_codec.encode(what.record()))
-    counts = _delete(store, what)
+    mark = f"{PENDING}{uuid.uuid4().hex}" if store.lake is not None else None
+    counts = _delete(store, what, mark)
     if what.turns is None and store.coordinator is not None:
         store.coordinator.forget_turns(what.sessions)  # (a new session may start at turn 0)
     if data_dir is not None:
         _finish_files(store, data_dir, what)
     elif store.lake is not None:
-        scrub(store)  # the lake's data files (it has no journal and no intent file)
+        _purge_lake(store)  # the lake's data files, then its intent rows
     return counts
 
 
 def finish(store: Store) -> Erasure | None:
     """Roll forward an erasure a crash interrupted (at open, before the journal is replayed);
     returns what it finished, or ``None`` when nothing was pending."""
+    if store.read_only:
+        return None
+    if store.lake is not None:
+        if pending(store):
+            _purge_lake(store)
+        return None
     data_dir = store.data_dir
-    if data_dir is None or store.read_only:
+    if data_dir is None:
         return None
     line = folder.read_intent(data_dir)
     if line is None:
@@ -126,8 +147,9 @@ def finish(store: Store) -> Erasure | None:
     return what
 
 
-def _delete(store: Store, what: Erasure) -> dict[str, int]:
-    """Step 2: the rows, in one transaction (running it again deletes nothing more)."""
+def _delete(store: Store, what: Erasure, mark: str | None = None) -> dict[str, int]:
+    """Step 2: the rows, in one transaction (running it again deletes nothing more), with a
+    lake's intent row ``mark``."""
     counts: dict[str, int] = {}
     sid = what.session_id
     if what.turns is None:
@@ -138,9 +160,13 @@ def _delete(store: Store, what: Erasure) -> dict[str, int]:
                                   [list(what.sessions)]).fetchone()
                 counts[table] = int(row[0]) if row else 0
             store.q("erase_llm_cache")
+            if mark is not None:
+                store.q("erasure_mark", {"key": mark, "at": clock.now().isoformat()})
         return counts
     with store.transaction():
         store.q("erase_llm_cache")
+        if mark is not None:
+            store.q("erasure_mark", {"key": mark, "at": clock.now().isoformat()})
         if store.lake is not None and what.turns:  # numbers never go back (see backlog)
             store.q("advance_session", {"sid": sid, "next": max(what.turns) + 1})
         run_script(store, "forget_rows", {"sid": sid, "notes": csv(what.notes) or "-1",
@@ -149,6 +175,31 @@ def _delete(store: Store, what: Erasure) -> dict[str, int]:
             refresh_session_summary(store, sid)
             touch(store, sid)
     return counts
+
+
+def pending(store: Store) -> list[str]:
+    """A lake's intent rows: erasures whose rows are deleted and whose purge may not have run
+    (none on a folder, whose intent is a file)."""
+    if store.lake is None:
+        return []
+    return [str(r[0]) for r in store.q("erasure_pending", {"prefix": PENDING}).fetchall()]
+
+
+def unmark(store: Store, keys: list[str]) -> None:
+    """Remove a lake's intent rows ``keys``: a purge that began after they were committed
+    ran to its end. (A commit that changes no session: the processes keep their caches.)"""
+    if keys:
+        with store.transaction(sessions=False):
+            store.q("erasure_unmark", {"keys": keys})
+
+
+def _purge_lake(store: Store) -> None:
+    """Purge a lake's data files (:func:`scrub`), then remove every intent row recorded before
+    the purge began (an erasure of another process may be under way: its row, recorded later,
+    stays for its own purge)."""
+    keys = pending(store)
+    scrub(store)
+    unmark(store, keys)
 
 
 def _finish_files(store: Store, data_dir: Path, what: Erasure) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cce_duck.erasure import PENDING
 from cce_duck.errors import CCEError
 from cce_duck.lake import Lake
 from cce_duck.rows import registered
@@ -79,7 +80,11 @@ def copy_store(src: Store, dst: Store) -> dict[str, int]:
     with dst.transaction() as con:
         con.execute("DELETE FROM main.cce_meta")
         for table in tables:
-            data = src.con.execute(f'SELECT * FROM main."{table}"').to_arrow_table()
+            if table == "cce_meta":  # (a lake's erasure intents are its own, like its counters)
+                data = src.con.execute("SELECT * FROM main.cce_meta WHERE NOT starts_with(key, ?)",
+                                       [PENDING]).to_arrow_table()
+            else:
+                data = src.con.execute(f'SELECT * FROM main."{table}"').to_arrow_table()
             counts[table] = data.num_rows
             if data.num_rows:
                 with registered(con, _b_copy=data):

@@ -137,3 +137,16 @@ SELECT value - 1 FROM main._cce_sequences WHERE name = 'bullet_ids';
 -- name: bullet_last_id
 -- The last id the global bullet counter handed out (NULL before the first; sql/llm.sql).
 SELECT nullif(value - 1, 0) FROM main._cce_sequences WHERE name = 'bullet_ids';
+
+-- name: erasure_mark
+-- Record, in the transaction that deletes an erasure's rows, that the purge of the data files
+-- is owed (cce_duck.erasure: a lake's intent; a random key, never an id or a text).
+INSERT INTO main.cce_meta VALUES ($key, $at);
+
+-- name: erasure_pending
+-- The erasures whose rows are deleted and whose purge may not have run yet.
+SELECT key FROM main.cce_meta WHERE starts_with(key, $prefix) ORDER BY key;
+
+-- name: erasure_unmark
+-- The purge ran after these erasures' deletions: their records go.
+DELETE FROM main.cce_meta WHERE list_contains($keys::VARCHAR[], key);

@@ -6,7 +6,13 @@ with an error that names them."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import re
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +26,7 @@ import pytest
 from conftest import topic_messages
 from lake import KINDS, LakeSpec, make_lake, psql
 
-from cce_duck import Engine, migrations
+from cce_duck import Engine, erasure, migrations, moving
 from cce_duck.adhoc import read_only_query
 from cce_duck.config import Config
 from cce_duck.embedders import register_embedder
@@ -498,6 +504,153 @@ def test_erasure_leaves_the_text_in_no_file(lake: LakeSpec, how: str) -> None:
         assert eng.sql(f"SELECT count(*) AS n FROM turns WHERE content LIKE '%{MARKER}%'")["n"][0] == 0
         assert eng.context("keep", "Another session?").to_string()  # the rest still reads
     assert _files_with(lake, MARKER) == []  # (also after close: the catalog file's last write)
+
+
+_KILLED_BEFORE_PURGE = textwrap.dedent("""
+    import os, signal, sys
+    from cce_duck import Engine, erasure
+    catalog, data_path, how = sys.argv[1:4]
+
+    def die(*args, **kwargs):  # the rows are deleted (committed), no data file purged yet
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    erasure.scrub = die
+    eng = Engine(catalog=catalog, data_path=data_path, embedder="hash")
+    if how == "forget":
+        eng.forget("s1", turns=(9, 9))
+    elif how == "delete_session":
+        eng.delete_session("s1")
+    else:
+        eng.delete_user("u1")
+    print("returned", flush=True)
+""")
+
+
+def _erase_and_die(spec: LakeSpec, how: str) -> None:
+    """A process runs the erasure ``how`` and is killed (-9) between the commit that deletes
+    the rows and the purge of the data files."""
+    out = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_PURGE, spec.catalog,
+                          str(spec.data_path), how], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "CCE_EMBEDDER": "hash"})
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    assert "returned" not in out.stdout
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("how", ["forget", "delete_session", "delete_user"])
+def test_an_erasure_killed_before_its_purge_is_finished_by_the_next_open(
+        lake: LakeSpec, how: str) -> None:
+    with _engine(lake) as eng:
+        _with_marker(eng, SID, user="u1")
+        eng.add_message("keep", "user", "Another session that stays.")
+    _erase_and_die(lake, how)
+    assert _files_with(lake, MARKER), "the kill must leave the text in the old data files"
+    with Engine(Config(data_dir=None, embedder="hash", **lake.config()),
+                read_only=True) as reader:  # a read-only open goes on: the rows are deleted
+        assert len(erasure.pending(reader.store)) == 1  # the intent was committed with them
+        assert reader.sql(
+            f"SELECT count(*) AS n FROM turns WHERE content LIKE '%{MARKER}%'")["n"][0] == 0
+    with _engine(lake) as eng:  # the next writable open purges, then drops the intent
+        assert _files_with(lake, MARKER) == []
+        if lake.kind == "postgres":
+            assert _catalog_rows_with(lake, MARKER) == 0
+        assert erasure.pending(eng.store) == []
+        assert eng.context("keep", "Another session?").to_string()
+    assert _files_with(lake, MARKER) == []
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("by", ["compact", "erasure"])
+def test_an_erasure_killed_before_its_purge_is_finished_by_a_live_process(
+        tmp_path: Path, by: str) -> None:
+    with make_lake("postgres", tmp_path) as spec, _engine(spec) as live:
+        _with_marker(live, SID, user="u1")
+        live.add_message("other", "user", "A session that another erasure will forget.")
+        live.add_message("keep", "user", "Another session that stays.")
+        live.flush()
+        _erase_and_die(spec, "delete_session")
+        assert _files_with(spec, MARKER)
+        assert len(erasure.pending(live.store)) == 1
+        if by == "compact":  # an explicit compaction is a whole purge
+            live.compact()
+        else:  # the next erasure's purge covers the killed one's rows too
+            live.delete_session("other")
+        assert _files_with(spec, MARKER) == []
+        assert _catalog_rows_with(spec, MARKER) == 0
+        assert erasure.pending(live.store) == []
+        assert live.context("keep", "Another session?").to_string()
+
+
+_ERASE_AT_RANDOM = textwrap.dedent("""
+    import sys, time
+    from cce_duck import Engine
+    catalog, data_path, sid = sys.argv[1:4]
+    eng = Engine(catalog=catalog, data_path=data_path, embedder="hash")
+    print("go", flush=True)
+    t0 = time.perf_counter()
+    eng.delete_session(sid)
+    print("returned", time.perf_counter() - t0, flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.mark.processes
+def test_a_lake_erasure_killed_at_random_moments_leaves_no_erased_byte(lake: LakeSpec) -> None:
+    """A process deleting a session is killed (-9) at a random moment of the erasure, round
+    after round; after each, the next writable open finds the session either whole (the
+    deletion had not committed: the call never returned) or gone from every file."""
+    rng = random.Random(20261205)
+    rounds = 6
+    markers = {f"r{k}": f"QX{rng.getrandbits(64):016x}" for k in range(rounds + 1)}
+    kept = markers.pop(f"r{rounds}")  # (a session never erased: the scan finds what is there)
+    with _engine(lake) as eng:
+        for sid, marker in [*markers.items(), ("kept", kept)]:
+            eng.ingest(sid, [{**m, "content": f"{m['content']} code {marker}"}
+                             for m in topic_messages()[:8]])
+        eng.add_message("keep", "user", "Another session that stays.")
+    window = 0.0
+    erased: list[str] = []
+    outcomes = []
+    for k, sid in enumerate(markers):
+        child = subprocess.Popen([sys.executable, "-c", _ERASE_AT_RANDOM, lake.catalog,
+                                  str(lake.data_path), sid], stdout=subprocess.PIPE, text=True,
+                                 env={**os.environ, "CCE_EMBEDDER": "hash"})
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "go"
+        if k == 0:  # the first round runs to its end: how long an erasure takes here
+            done = child.stdout.readline().split()
+            assert done[0] == "returned"
+            window = float(done[1])
+        else:
+            time.sleep(rng.uniform(0.0, window * 1.2))
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        with _engine(lake) as eng:  # (its open finishes an interrupted erasure)
+            left = eng.sql(f"SELECT count(*) AS n FROM turns WHERE session_id = '{sid}'")["n"][0]
+            assert left in (0, 8)  # whole, or gone: never half
+            if left == 0:
+                erased.append(sid)
+            outcomes.append("erased" if left == 0 else "untouched")
+            assert erasure.pending(eng.store) == []
+        for gone in erased:
+            assert _files_with(lake, markers[gone]) == [], (gone, outcomes)
+        assert _files_with(lake, kept)
+    assert erased[0] == "r0"
+
+
+def test_a_lakes_erasure_intent_is_not_copied_by_a_migration(tmp_path: Path) -> None:
+    with make_lake("file", tmp_path) as spec:
+        with _engine(spec) as eng:
+            eng.add_message(SID, "user", "Something to copy.")
+            eng.flush()
+            with eng.store.transaction(sessions=False):  # as a killed erasure leaves it
+                eng.store.q("erasure_mark", {"key": f"{erasure.PENDING}x", "at": "now"})
+        moving.to_file(Lake(catalog=spec.catalog, data_path=spec.data_path), tmp_path / "copy")
+        with Engine(data_dir=tmp_path / "copy", embedder="hash") as copied:
+            keys = copied.store.con.execute("SELECT key FROM main.cce_meta").fetchall()
+            assert not any(str(k[0]).startswith(erasure.PENDING) for k in keys)
+            assert copied.sql("SELECT count(*) AS n FROM turns")["n"][0] == 1
 
 
 def _parquet(spec: LakeSpec) -> int:

@@ -111,6 +111,5 @@ def _committing(store: Store, *, snapshot: bool = False) -> Iterator[duckdb.Duck
         with store.transaction(sessions=False) as con:
             yield con
         return
-    coord = store.coordinator
-    with store.write_lock, coord.committing() if coord is not None else nullcontext():
-        yield store.con
+    with store.locked() as con:
+        yield con

@@ -43,8 +43,7 @@ from cce_duck import clock, folder
 from cce_duck.corrections import refresh_session_summary
 from cce_duck.derived import csv, run_script, touch
 from cce_duck.errors import CCEError
-from cce_duck.lake import purge as lake_purge
-from cce_duck.lake import rewrite_catalog
+from cce_duck.lake import purge_step, purge_steps, rewrite_catalog
 from cce_duck.spill import remove_spill_files
 from cce_duck.store import Store
 
@@ -263,8 +262,11 @@ def scrub(store: Store) -> None:
     lake's compaction runs the same steps one at a time: :mod:`cce_duck.compaction`.)
     """
     if store.lake is not None and not store.read_only:
-        lake_purge(store.con)
-        purged(store)
+        for step in purge_steps():  # (each its own commit, holding the locks as a write does)
+            with store.locked() as con:
+                purge_step(con, step)
+        with store.locked():
+            purged(store)
         return
     if store.data_dir is None or store.read_only:
         return

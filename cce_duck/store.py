@@ -745,6 +745,21 @@ class Store:
             with guard, self._transaction(sessions):
                 yield self.con
 
+    @contextmanager
+    def locked(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """:attr:`con` with no transaction open, holding the store's write lock and, on a lake
+        shared by processes, the lake's commit lock, as :meth:`transaction` does: for a lake's
+        maintenance functions (a rewrite, an expiry, a clean-up), each of which commits by
+        itself, and the statements that must not interleave with another process's commit
+        (the text bounds recomputed from the files)."""
+        if self.read_only:
+            raise CCEError("this store is open read-only")
+        with self.write_lock:
+            self.recover()
+            with self.coordinator.committing() if self.coordinator is not None else (
+                    nullcontext()):
+                yield self.con
+
     @property
     def _in_transaction(self) -> bool:
         """Whether the calling thread is inside :meth:`transaction`."""

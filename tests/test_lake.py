@@ -639,6 +639,35 @@ def test_a_lake_erasure_killed_at_random_moments_leaves_no_erased_byte(lake: Lak
     assert erased[0] == "r0"
 
 
+def test_a_lake_erasure_purges_holding_the_commit_lock(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step of an erasure's purge is a commit of its own, and holds the lake's commit lock
+    as a write does: no other process commits between a step's read and its write (the text
+    bounds are recomputed from the files of one snapshot)."""
+    with make_lake("postgres", tmp_path) as spec, _engine(spec) as eng:
+        _with_marker(eng, SID)
+        key = eng.store.coordinator.commit_lock.key
+        dbname = spec.catalog.split("dbname=")[1].split()[0]
+        held = (f"SELECT count(*) FROM pg_locks, (SELECT hashtextextended('{key}', 0) AS h) AS k "
+                "WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+                "AND classid::bigint = ((k.h >> 32) & 4294967295) "
+                "AND objid::bigint = (k.h & 4294967295)")
+        seen: list[tuple[str, bool, int]] = []
+        real = erasure.purge_step
+
+        def spy(con: Any, step: str, **kw: Any) -> None:
+            seen.append((step, eng.store.write_lock.held(), int(psql(held, dbname=dbname))))
+            real(con, step, **kw)
+
+        monkeypatch.setattr(erasure, "purge_step", spy)
+        assert int(psql(held, dbname=dbname)) == 0  # (the query finds the lock when held)
+        eng.forget(SID, turns=(9, 9))
+        assert [s[0] for s in seen] == ["lake_rewrite", "lake_expire", "lake_cleanup",
+                                        "lake_text_stats"]
+        assert all(s[1] and s[2] == 1 for s in seen), seen
+        assert _files_with(spec, MARKER) == []
+
+
 def test_a_lakes_erasure_intent_is_not_copied_by_a_migration(tmp_path: Path) -> None:
     with make_lake("file", tmp_path) as spec:
         with _engine(spec) as eng:

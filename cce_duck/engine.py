@@ -110,7 +110,8 @@ class Engine(ManagementMixin):
             self._compacting = threading.Lock()
             #: Compaction of the lake on a timer (a lake written to, ``compact_files`` > 0).
             self.upkeep = Upkeep(self.compact, every_s=config.compact_check_s,
-                                 max_files=config.compact_files) if (
+                                 max_files=config.compact_files,
+                                 finish=lambda: erasure.finish_stale(self.store)) if (
                 lake is not None and not read_only and config.compact_files) else None
         except BaseException:
             self.store.close()

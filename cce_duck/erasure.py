@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,14 @@ from cce_duck.lake import purge_step, purge_steps, rewrite_catalog
 from cce_duck.spill import remove_spill_files
 from cce_duck.store import Store
 
-__all__ = ["PENDING", "Erasure", "erase", "finish", "pending", "purged", "scrub", "scrub_journal",
-           "unmark"]
+__all__ = ["PENDING", "STALE_S", "Erasure", "erase", "finish", "finish_stale", "pending", "purged",
+           "scrub", "scrub_journal", "unmark"]
 
 #: The prefix of a lake's intent rows in ``cce_meta`` (see the module docstring).
 PENDING = "erasure_pending:"
+#: An intent row older than this is taken for one whose process died before its purge: a
+#: running process purges again (an erasure's purge takes about half a second here).
+STALE_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -176,12 +180,37 @@ def _delete(store: Store, what: Erasure, mark: str | None = None) -> dict[str, i
     return counts
 
 
-def pending(store: Store) -> list[str]:
+def pending(store: Store, *, older_than_s: float | None = None) -> list[str]:
     """A lake's intent rows: erasures whose rows are deleted and whose purge may not have run
-    (none on a folder, whose intent is a file)."""
+    (none on a folder, whose intent is a file); with ``older_than_s``, only those recorded
+    longer ago than that. (A read on the calling thread's own cursor, beside other threads'
+    writes.)"""
     if store.lake is None:
         return []
-    return [str(r[0]) for r in store.q("erasure_pending", {"prefix": PENDING}).fetchall()]
+    rows = store.read(lambda: store.q("erasure_pending", {"prefix": PENDING}).fetchall())
+    if older_than_s is None:
+        return [str(r[0]) for r in rows]
+    now = clock.now()
+    return [str(k) for k, at in rows if _age_s(now, str(at)) > older_than_s]
+
+
+def finish_stale(store: Store) -> int:
+    """Purge a lake again when an intent row is older than :data:`STALE_S` (its process died
+    before its purge: a running process's look, :mod:`cce_duck.upkeep`); returns the intent
+    rows that were stale."""
+    if store.lake is None or store.read_only:
+        return 0
+    stale = pending(store, older_than_s=STALE_S)
+    if stale:
+        _purge_lake(store)
+    return len(stale)
+
+
+def _age_s(now: datetime, at: str) -> float:
+    try:
+        return (now - datetime.fromisoformat(at)).total_seconds()
+    except ValueError:  # (not a time: not one of ours, treated as old)
+        return float("inf")
 
 
 def unmark(store: Store, keys: list[str]) -> None:

@@ -387,11 +387,12 @@ def purge_steps(*, rewritten: bool = False) -> tuple[str, ...]:
     """The statements of :func:`purge`, in order (each its own commit to the lake): rewrite
     each table's files that hold deletes (``delete_threshold => 0.0``; left out when
     ``rewritten``: done already, a table at a time by :func:`rewrite`), expire every older
-    snapshot, delete every file no snapshot uses any more (``cleanup_all``), then recompute the
+    snapshot, delete every file no snapshot uses any more (``cleanup_all``) and every file of
+    the data path the catalog does not know (one a killed process left), then recompute the
     table-wide bounds of text columns from the files that remain (whole messages can be a
-    column's min or max)."""
+    column's min or max). Run each holding the lake's commit lock."""
     return (() if rewritten else ("lake_rewrite",)) + ("lake_expire", "lake_cleanup",
-                                                       "lake_text_stats")
+                                                       "lake_orphans", "lake_text_stats")
 
 
 def purge_step(con: duckdb.DuckDBPyConnection, step: str, *, keep_s: float = 0.0) -> None:

@@ -12,6 +12,10 @@ a time (a table's merge or rewrite, then the expiry, the clean-up and the text b
 process reloads its cached indexes because of it (the snapshots of the last
 :data:`cce_duck.compaction.EXPIRE_GRACE_S` seconds are kept). An error (the catalog
 unreachable) is logged and the next check tries again.
+
+Each check also looks for erasures another process left unfinished (killed between the commit
+that deleted the rows and the purge of the data files: :mod:`cce_duck.erasure`), and purges the
+lake again when an intent is older than :data:`cce_duck.erasure.STALE_S`.
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ class Upkeep:
     (until :meth:`close`)."""
 
     def __init__(self, compact: Callable[..., dict[str, int]], *, every_s: float,
-                 max_files: int) -> None:
+                 max_files: int, finish: Callable[[], int] | None = None) -> None:
         self._compact = compact
+        self._finish = finish
+        #: Purges run for erasures other processes left unfinished.
+        self.finished = 0
         self.every_s = every_s
         self.max_files = max_files
         #: Compactions done, the figures of the last one and the error of the last check.
@@ -48,8 +55,12 @@ class Upkeep:
 
     def check(self) -> dict[str, int] | None:
         """Count the data files and compact when they are too many; the figures when it
-        compacted, else ``None`` (errors are logged and kept in :attr:`error`)."""
+        compacted, else ``None`` (errors are logged and kept in :attr:`error`). Erasures left
+        unfinished are purged first."""
         try:
+            if self._finish is not None and self._finish():
+                self.finished += 1
+                log.info("purged the lake again for an erasure another process left unfinished")
             sizes = self._compact(above_files=self.max_files)
         except Exception as exc:  # (the thread must go on: the next check tries again)
             self.error = str(exc)

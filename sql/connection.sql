@@ -170,6 +170,12 @@ SELECT count(*) FROM ducklake_expire_snapshots(
 -- Delete every data file no snapshot uses any more.
 SELECT count(*) FROM ducklake_cleanup_old_files({name}, cleanup_all => true);
 
+-- name: lake_orphans
+-- Delete every file of the data path that the catalog does not know: a process killed while it
+-- wrote or deleted files leaves such files (an erased message may be in one). Run holding the
+-- commit lock: no other process's write transaction has files in flight then.
+SELECT count(*) FROM ducklake_delete_orphaned_files({name}, cleanup_all => true);
+
 -- name: lake_text_stats
 -- A lake's table-wide min and max of each text column, recomputed from the files that remain
 -- (DuckLake widens them on insert and never narrows them on delete, so an erased message could

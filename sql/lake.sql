@@ -144,8 +144,9 @@ SELECT nullif(value - 1, 0) FROM main._cce_sequences WHERE name = 'bullet_ids';
 INSERT INTO main.cce_meta VALUES ($key, $at);
 
 -- name: erasure_pending
--- The erasures whose rows are deleted and whose purge may not have run yet.
-SELECT key FROM main.cce_meta WHERE starts_with(key, $prefix) ORDER BY key;
+-- The erasures whose rows are deleted and whose purge may not have run yet, with the time each
+-- was recorded.
+SELECT key, value FROM main.cce_meta WHERE starts_with(key, $prefix) ORDER BY key;
 
 -- name: erasure_unmark
 -- The purge ran after these erasures' deletions: their records go.

@@ -597,10 +597,12 @@ _ERASE_AT_RANDOM = textwrap.dedent("""
 @pytest.mark.processes
 def test_a_lake_erasure_killed_at_random_moments_leaves_no_erased_byte(lake: LakeSpec) -> None:
     """A process deleting a session is killed (-9) at a random moment of the erasure, round
-    after round; after each, the next writable open finds the session either whole (the
-    deletion had not committed: the call never returned) or gone from every file."""
+    after round (``CCE_LAKE_ERASURE_KILLS``, 12 unless set); after each, the next writable open
+    finds the session either whole (the deletion had not committed: the call never returned)
+    or gone from every file. (Without the purge's deletion of files the catalog does not know,
+    24 rounds found a killed clean-up's file still holding an erased message.)"""
     rng = random.Random(20261205)
-    rounds = 6
+    rounds = int(os.environ.get("CCE_LAKE_ERASURE_KILLS", "12"))
     markers = {f"r{k}": f"QX{rng.getrandbits(64):016x}" for k in range(rounds + 1)}
     kept = markers.pop(f"r{rounds}")  # (a session never erased: the scan finds what is there)
     with _engine(lake) as eng:
@@ -639,6 +641,27 @@ def test_a_lake_erasure_killed_at_random_moments_leaves_no_erased_byte(lake: Lak
     assert erased[0] == "r0"
 
 
+@pytest.mark.processes
+def test_a_running_process_finishes_an_erasure_another_left_unfinished(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that stays open (and neither erases nor compacts) purges the lake again once
+    another process's intent row is older than ``erasure.STALE_S`` (its upkeep's look)."""
+    monkeypatch.setattr(erasure, "STALE_S", 1.0)
+    with make_lake("postgres", tmp_path) as spec, _engine(spec, compact_check_s=0.2) as live:
+        _with_marker(live, SID, user="u1")
+        live.add_message("keep", "user", "Another session that stays.")
+        live.flush()
+        assert live.upkeep is not None
+        assert live.upkeep.finished == 0
+        _erase_and_die(spec, "delete_session")
+        assert _files_with(spec, MARKER)
+        _until(lambda: live.upkeep is not None and live.upkeep.finished >= 1)
+        assert _files_with(spec, MARKER) == []
+        assert _catalog_rows_with(spec, MARKER) == 0
+        assert erasure.pending(live.store) == []
+        assert live.context("keep", "Another session?").to_string()
+
+
 def test_a_lake_erasure_purges_holding_the_commit_lock(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Each step of an erasure's purge is a commit of its own, and holds the lake's commit lock
@@ -663,7 +686,7 @@ def test_a_lake_erasure_purges_holding_the_commit_lock(tmp_path: Path,
         assert int(psql(held, dbname=dbname)) == 0  # (the query finds the lock when held)
         eng.forget(SID, turns=(9, 9))
         assert [s[0] for s in seen] == ["lake_rewrite", "lake_expire", "lake_cleanup",
-                                        "lake_text_stats"]
+                                        "lake_orphans", "lake_text_stats"]
         assert all(s[1] and s[2] == 1 for s in seen), seen
         assert _files_with(spec, MARKER) == []
 

@@ -25,8 +25,11 @@ erasure never started: the call had not returned and everything is as before.
 ``cce_meta`` (a random key under :data:`PENDING`, no id and no text) that the transaction
 deleting the rows inserts, so the two are committed together or not at all; the purge of the
 data files (:func:`scrub`) follows, then the row goes. A process killed between the two leaves
-the row: the next process that opens the lake for writing, the next erasure and the next
-``cce compact`` run the purge again and remove every row recorded before it began. A
+the row: the next process that opens the lake for writing, the next erasure, the next
+``cce compact`` and, once the row is older than :data:`STALE_S`, any process that writes to the
+lake (:func:`finish_stale`, from :mod:`cce_duck.upkeep`) run the purge again and remove every
+row recorded before it began. (The purge also deletes the files of the data path the catalog
+does not know: a clean-up killed half-way can leave such a file holding erased rows.) A
 read-only open goes on (the rows are deleted from every snapshot it can read; only old data
 files still hold them until the purge runs).
 """

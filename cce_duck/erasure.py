@@ -165,14 +165,10 @@ def _delete(store: Store, what: Erasure, mark: str | None = None) -> dict[str, i
                 row = con.execute(f'DELETE FROM main."{table}" WHERE list_contains(?, session_id)',
                                   [list(what.sessions)]).fetchone()
                 counts[table] = int(row[0]) if row else 0
-            store.q("erase_llm_cache")
-            if mark is not None:
-                store.q("erasure_mark", {"key": mark, "at": clock.now().isoformat()})
+            _erase_common(store, mark)
         return counts
     with store.transaction():
-        store.q("erase_llm_cache")
-        if mark is not None:
-            store.q("erasure_mark", {"key": mark, "at": clock.now().isoformat()})
+        _erase_common(store, mark)
         if store.lake is not None and what.turns:  # numbers never go back (see backlog)
             store.q("advance_session", {"sid": sid, "next": max(what.turns) + 1})
         run_script(store, "forget_rows", {"sid": sid, "notes": csv(what.notes) or "-1",
@@ -181,6 +177,14 @@ def _delete(store: Store, what: Erasure, mark: str | None = None) -> dict[str, i
             refresh_session_summary(store, sid)
             touch(store, sid)
     return counts
+
+
+def _erase_common(store: Store, mark: str | None) -> None:
+    """Inside the deletion's transaction: the cache of model replies goes, and a lake's intent
+    row ``mark`` is recorded."""
+    store.q("erase_llm_cache")
+    if mark is not None:
+        store.q("erasure_mark", {"key": mark, "at": clock.now().isoformat()})
 
 
 def pending(store: Store, *, older_than_s: float | None = None) -> list[str]:

@@ -737,13 +737,8 @@ class Store:
         """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any error. ``sessions=False``: the
         transaction writes no table a session's cached index is read from (store items), so
         :attr:`generation` stays and those indexes stay valid."""
-        if self.read_only:
-            raise CCEError("this store is open read-only")
-        with self.write_lock:
-            self.recover()
-            guard = self.coordinator.committing() if self.coordinator is not None else nullcontext()
-            with guard, self._transaction(sessions):
-                yield self.con
+        with self.locked(), self._transaction(sessions) as con:
+            yield con
 
     @contextmanager
     def locked(self) -> Iterator[duckdb.DuckDBPyConnection]:
